@@ -1,0 +1,171 @@
+# PyTorch + Horovod training image, SageMaker "bring your own container" compatible.
+#
+# One file, two flavors (see README.md, "Build arguments"):
+#   gpu (default): nvidia/cuda devel base for the builder, the matching runtime base for the image,
+#                  Horovod with NCCL.
+#   cpu:           the same stages on a plain OS base (Ubuntu, or the Debian base `make local-base`
+#                  makes where no registry can be reached), Horovod with Gloo and MPI.
+#
+# Every version is pinned here and only here; the Makefile and the tests read them from this file.
+# BuildKit is required (cache, secret and bind mounts). No "# syntax=" line: the frontend built
+# into Docker 20.10 must parse this file when no frontend image can be pulled.
+
+ARG CUDA_VERSION=13.0.2
+ARG BASE_OS=ubuntu24.04
+ARG BUILDER_IMAGE=nvidia/cuda:${CUDA_VERSION}-devel-${BASE_OS}
+ARG RUNTIME_IMAGE=nvidia/cuda:${CUDA_VERSION}-runtime-${BASE_OS}
+
+# ---------------------------------------------------------------------------------------------
+# Packages both the builder and the runtime need, on either base (Debian and Ubuntu names agree).
+FROM ${RUNTIME_IMAGE} AS runtime-os
+SHELL ["/bin/bash", "-o", "pipefail", "-euc"]
+ENV DEBIAN_FRONTEND=noninteractive \
+    LANG=C.UTF-8 \
+    LC_ALL=C.UTF-8
+# The nvidia/cuda images carry a CUDA apt source; it is not needed and may be unreachable.
+RUN rm -f /etc/apt/sources.list.d/cuda*.list \
+ && apt-get update \
+ && apt-get install -y --no-install-recommends \
+        ca-certificates \
+        iproute2 \
+        libgomp1 \
+        openmpi-bin \
+        openssh-client \
+        openssh-server \
+        procps \
+        python3 \
+        python3-venv \
+ && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb \
+ # Host keys are made at container start, never baked into a layer.
+ && rm -f /etc/ssh/ssh_host_*
+
+# ---------------------------------------------------------------------------------------------
+FROM ${BUILDER_IMAGE} AS builder
+SHELL ["/bin/bash", "-o", "pipefail", "-euc"]
+ENV DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8 LC_ALL=C.UTF-8
+RUN rm -f /etc/apt/sources.list.d/cuda*.list \
+ && apt-get update \
+ && apt-get install -y --no-install-recommends \
+        build-essential \
+        ca-certificates \
+        libopenmpi-dev \
+        openmpi-bin \
+        patch \
+        python3-dev \
+        python3-venv \
+ && rm -rf /var/lib/apt/lists/*
+
+ARG TORCH_VERSION=2.14.1
+ARG TORCHVISION_VERSION=0.29.1
+# Leave empty for PyPI (a CUDA 13 build); e.g. https://download.pytorch.org/whl/cpu for a small
+# CPU-only torch in the cpu flavor.
+ARG TORCH_INDEX_URL=
+ENV VENV=/opt/venv PATH=/opt/venv/bin:${PATH} \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_WARN_SCRIPT_LOCATION=1
+COPY docker/build/pip-env.sh /usr/local/lib/byoc-build/pip-env.sh
+COPY docker/requirements-build.txt /tmp/requirements-build.txt
+# pip-env.sh points pip at the CA secret and the wheelhouse when the build is given them.
+# hadolint ignore=DL3013
+RUN --mount=type=cache,target=/root/.cache/pip \
+    --mount=type=secret,id=ca \
+    --mount=type=bind,source=.wheelhouse,target=/wheelhouse \
+    . /usr/local/lib/byoc-build/pip-env.sh \
+ && python3 -m venv "${VENV}" \
+ && pip install -r /tmp/requirements-build.txt \
+ && pip install ${TORCH_INDEX_URL:+--index-url "${TORCH_INDEX_URL}"} \
+        "torch==${TORCH_VERSION}" "torchvision==${TORCHVISION_VERSION}"
+
+# Horovod from the PyPI sdist, verified, patched, built into a wheel.
+ARG HOROVOD_VERSION=0.28.1
+ARG HOROVOD_SHA256=92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0
+# NCCL for the gpu flavor, empty for cpu. CUDA_ARCHS: the SageMaker GPU families CUDA 13 covers
+# (A100 p4d 80, A10G g5 86, L4 g6 89, H100/H200 p5 90, Blackwell 100 and 120).
+ARG HOROVOD_GPU_OPERATIONS=NCCL
+ARG CUDA_ARCHS=80,86,89,90,100,120
+# The CUDA toolkit wheels give horovod/torch's CMake the headers and cudart it asks for when torch
+# is a CUDA build but the base has no toolkit (the cpu flavor with PyPI's torch).
+ARG CUDA_TOOLKIT_WHEELS=cuda-toolkit[nvcc,cccl,cudart,crt,nvvm]==13.0.3
+COPY docker/patches/ /usr/local/lib/byoc-build/patches/
+COPY docker/build/build-horovod.sh docker/build/nccl-home.sh /usr/local/lib/byoc-build/
+RUN --mount=type=cache,target=/root/.cache/pip \
+    --mount=type=secret,id=ca \
+    --mount=type=bind,source=.wheelhouse,target=/wheelhouse \
+    . /usr/local/lib/byoc-build/pip-env.sh \
+ && /usr/local/lib/byoc-build/build-horovod.sh /wheels
+
+# smdebug (last release 2023) patched for protobuf >= 4 and numpy 2 (docker/patches/README.md),
+# and the other sdists the runtime needs (sagemaker-training has a C extension), as wheels.
+ARG SMDEBUG_VERSION=1.0.34
+ARG SMDEBUG_SHA256=cf468938aa8e502888060b1508b7c78220074da23cd6c9e663e939057784b3f8
+COPY docker/build/build-smdebug.sh docker/build/smdebug_pb2_upgrade.py /usr/local/lib/byoc-build/
+COPY docker/requirements.txt /tmp/requirements.txt
+RUN --mount=type=cache,target=/root/.cache/pip \
+    --mount=type=secret,id=ca \
+    --mount=type=bind,source=.wheelhouse,target=/wheelhouse \
+    . /usr/local/lib/byoc-build/pip-env.sh \
+ && /usr/local/lib/byoc-build/build-smdebug.sh /wheels \
+ && pip wheel --wheel-dir /wheels -r /tmp/requirements.txt
+
+# Our own package, in a stage of its own so an edit rebuilds seconds, not Horovod.
+FROM builder AS entrypoint-wheel
+COPY entrypoint/ /src/entrypoint/
+RUN pip wheel --no-deps --no-build-isolation --wheel-dir /wheels-own /src/entrypoint
+
+# ---------------------------------------------------------------------------------------------
+FROM runtime-os AS runtime
+ARG TORCH_VERSION=2.14.1
+ARG TORCHVISION_VERSION=0.29.1
+ARG TORCH_INDEX_URL=
+ARG HOROVOD_VERSION=0.28.1
+ARG SMDEBUG_VERSION=1.0.34
+ENV VENV=/opt/venv \
+    PATH=/opt/venv/bin:${PATH} \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONUNBUFFERED=1 \
+    # OpenMPI in a container runs as root unless the user picks another; allow it explicitly.
+    OMPI_ALLOW_RUN_AS_ROOT=1 \
+    OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+    # The NVIDIA container toolkit mounts the driver for these; nothing of the driver is baked.
+    NVIDIA_VISIBLE_DEVICES=all \
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility
+# torch first: the biggest layer, and the one that changes least. (Pinned by ARG.)
+# hadolint ignore=DL3013
+RUN --mount=type=cache,target=/root/.cache/pip \
+    --mount=type=secret,id=ca \
+    --mount=type=bind,source=.wheelhouse,target=/wheelhouse \
+    --mount=type=bind,source=docker/build/pip-env.sh,target=/tmp/pip-env.sh \
+    . /tmp/pip-env.sh \
+ && python3 -m venv "${VENV}" \
+ && pip install ${TORCH_INDEX_URL:+--index-url "${TORCH_INDEX_URL}"} \
+        "torch==${TORCH_VERSION}" "torchvision==${TORCHVISION_VERSION}" \
+ && find "${VENV}" -name __pycache__ -prune -exec rm -rf {} +
+# Horovod and the SageMaker libraries, from the wheels the builder made: no compiler, no index.
+RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
+    --mount=type=bind,source=docker/requirements.txt,target=/tmp/requirements.txt \
+    pip install --no-cache-dir --no-index --find-links /wheels \
+        -r /tmp/requirements.txt "horovod==${HOROVOD_VERSION}" "smdebug==${SMDEBUG_VERSION}+byoc.1" \
+ && pip check \
+ && find "${VENV}" -name __pycache__ -prune -exec rm -rf {} +
+COPY docker/openmpi-mca-params.conf /etc/openmpi/openmpi-mca-params.conf
+RUN --mount=type=bind,from=entrypoint-wheel,source=/wheels-own,target=/wheels-own \
+    pip install --no-cache-dir --no-index --no-deps /wheels-own/*.whl \
+ && mkdir -p /opt/ml /workspace
+
+ARG VERSION=dev
+ARG VCS_REF=unknown
+ARG SOURCE_URL=unknown
+ARG FLAVOR=gpu
+LABEL org.opencontainers.image.title="pytorch-horovod" \
+      org.opencontainers.image.description="PyTorch + Horovod for distributed training; SageMaker BYOC compatible" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${VCS_REF}" \
+      org.opencontainers.image.source="${SOURCE_URL}" \
+      io.github.pytorch-horovod.flavor="${FLAVOR}" \
+      io.github.pytorch-horovod.torch="${TORCH_VERSION}" \
+      io.github.pytorch-horovod.horovod="${HOROVOD_VERSION}"
+ENV BYOC_FLAVOR=${FLAVOR}
+WORKDIR /workspace
+# Our PID 1 forwards signals and reaps zombies (tini may not be the entry point on SageMaker:
+# it would take `train` for its program).
+ENTRYPOINT ["/opt/venv/bin/byoc-init"]
+CMD ["bash"]

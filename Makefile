@@ -1,0 +1,67 @@
+# pytorch-horovod: build, lint and test the training image. `make help` lists the targets.
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -euc
+.DEFAULT_GOAL := help
+
+FLAVOR ?= gpu
+IMAGE ?= pytorch-horovod
+TAG ?= $(FLAVOR)
+# A client with BuildKit: one with the buildx plugin, or Docker < 23 (Debian's docker.io).
+DOCKER ?= $(shell scripts/docker.sh client 2>/dev/null || echo docker)
+LOCAL_BASE ?= pytorch-horovod-base:bookworm
+VENV ?= .venv
+PYTEST_ARGS ?=
+
+export FLAVOR IMAGE TAG DOCKER LOCAL_BASE
+
+PY := $(VENV)/bin/python
+DEV_STAMP := $(VENV)/.installed
+
+.PHONY: help build local-base lint test test-unit test-container test-gpu shell engine clean
+
+help: ## Show this help
+	@echo "Usage: make TARGET [FLAVOR=cpu|gpu] [IMAGE=...] [TAG=...] [DOCKER=...]"
+	@echo
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-16s %s\n", $$1, $$2}'
+	@echo
+	@echo "Variables: FLAVOR=$(FLAVOR) IMAGE=$(IMAGE) TAG=$(TAG) DOCKER=$(DOCKER)"
+	@echo "Build inputs (see README): BASE_IMAGE, BUILDER_IMAGE, RUNTIME_IMAGE, WHEELHOUSE, TORCH_INDEX_URL, CUDA_ARCHS, BUILD_ARGS"
+
+engine: ## Make sure a Docker engine answers (as root on Debian/Ubuntu: install and start one)
+	@scripts/docker.sh engine
+
+build: engine ## Build $(IMAGE):$(TAG) for FLAVOR (cpu falls back to a local Debian base without a registry)
+	@scripts/build.sh
+
+local-base: engine ## Make the OS base image $(LOCAL_BASE) from the Debian mirror (mmdebstrap + docker import)
+	@scripts/local-base.sh $(LOCAL_BASE)
+
+$(DEV_STAMP): requirements-dev.txt
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q -r requirements-dev.txt
+	touch $@
+
+lint: $(DEV_STAMP) ## hadolint, shellcheck and ruff
+	$(VENV)/bin/hadolint Dockerfile
+	shellcheck scripts/*.sh docker/build/*.sh .ci/run
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+test-unit: $(DEV_STAMP) ## Unit tests (no Docker)
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+test-container: $(DEV_STAMP) engine ## Container tests against $(IMAGE):cpu (built if missing)
+	@$(DOCKER) image inspect $(IMAGE):cpu >/dev/null 2>&1 || $(MAKE) build FLAVOR=cpu TAG=cpu
+	BYOC_IMAGE=$(IMAGE):cpu $(PY) -m pytest tests/container $(PYTEST_ARGS)
+
+test: lint test-unit test-container ## Lint, unit and container tests (the cpu image; builds it if needed)
+
+test-gpu: $(DEV_STAMP) ## GPU tests against $(IMAGE):gpu on a host with NVIDIA GPUs (skip elsewhere)
+	BYOC_IMAGE=$(IMAGE):$(TAG) $(PY) -m pytest -m gpu tests/gpu $(PYTEST_ARGS)
+
+shell: engine ## An interactive shell in $(IMAGE):$(TAG)
+	$(DOCKER) run --rm -it --shm-size=1g $(IMAGE):$(TAG) bash
+
+clean: ## Remove the dev venv and the build-context wheelhouse
+	rm -rf $(VENV)
+	find .wheelhouse -mindepth 1 ! -name README.md -delete

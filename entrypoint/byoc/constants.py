@@ -1,0 +1,89 @@
+"""Every file name, variable name and default of the SageMaker contract and of our launcher."""
+
+from __future__ import annotations
+
+# --- where /opt/ml lives (overridable so tests need no container) ---------------------------
+ML_ROOT_ENV = "SAGEMAKER_BASE_DIR"  # the toolkit's own name for it
+DEFAULT_ML_ROOT = "/opt/ml"
+
+RESOURCE_CONFIG = "input/config/resourceconfig.json"
+HYPERPARAMETERS = "input/config/hyperparameters.json"
+INPUT_DATA_CONFIG = "input/config/inputdataconfig.json"
+DATA_DIR = "input/data"
+MODEL_DIR = "model"
+OUTPUT_DIR = "output"
+OUTPUT_DATA_DIR = "output/data"
+CHECKPOINT_DIR = "checkpoints"
+CODE_DIR = "code"
+SUCCESS_FILE = "output/success"
+FAILURE_FILE = "output/failure"
+FAILURE_LIMIT = 1024  # characters SageMaker takes as FailureReason
+
+# --- variables the platform or the user sets -------------------------------------------------
+SAGEMAKER_PROGRAM = "SAGEMAKER_PROGRAM"
+SAGEMAKER_SUBMIT_DIRECTORY = "SAGEMAKER_SUBMIT_DIRECTORY"
+TRAINING_JOB_NAME = "TRAINING_JOB_NAME"
+
+# --- hyperparameters that steer the launcher (all removed from the user's arguments) ----------
+HP_PREFIX = "sagemaker_"
+HP_PROGRAM = "sagemaker_program"
+HP_SUBMIT_DIRECTORY = "sagemaker_submit_directory"
+HP_MPI_ENABLED = "sagemaker_mpi_enabled"
+HP_PROCESSES_PER_HOST = "sagemaker_mpi_num_of_processes_per_host"
+HP_CUSTOM_MPI_OPTIONS = "sagemaker_mpi_custom_mpi_options"
+
+# --- our own knobs (documented in README.md, "train") -----------------------------------------
+CPU_SLOTS_ENV = "BYOC_CPU_SLOTS_PER_HOST"
+DEFAULT_CPU_SLOTS = 1
+SSH_PORT_ENV = "BYOC_SSH_PORT"
+DEFAULT_SSH_PORT = 2222
+COORD_PORT_ENV = "BYOC_COORDINATOR_PORT"
+DEFAULT_COORD_PORT = 2223
+SSH_KEY_ENV = "BYOC_SSH_PRIVATE_KEY"  # the job's private key, PEM/OpenSSH text
+SSH_KEY_FILE_ENV = "BYOC_SSH_PRIVATE_KEY_FILE"  # or a file holding it (a mounted secret)
+PEER_TIMEOUT_ENV = "BYOC_PEER_TIMEOUT"  # s the leader waits for each worker's sshd
+DEFAULT_PEER_TIMEOUT = 600.0
+LEADER_TIMEOUT_ENV = "BYOC_LEADER_TIMEOUT"  # s a worker waits for the leader to appear
+DEFAULT_LEADER_TIMEOUT = 900.0
+LEADER_LOST_ENV = "BYOC_LEADER_LOST_AFTER"  # s of silence after which a worker gives up
+DEFAULT_LEADER_LOST = 30.0
+START_TIMEOUT_ENV = "HOROVOD_START_TIMEOUT"
+DEFAULT_START_TIMEOUT = 600  # horovodrun's own default (30 s) is too short for big jobs
+DNS_TIMEOUT_ENV = "BYOC_DNS_TIMEOUT"
+DEFAULT_DNS_TIMEOUT = 300.0
+TERM_GRACE_ENV = "BYOC_TERM_GRACE"  # s between SIGTERM and SIGKILL of the job's processes
+DEFAULT_TERM_GRACE = 60.0
+SHM_MIN_BYTES = 1 << 30  # below this /dev/shm is reported as too small
+DEFAULT_PROGRAM = "/opt/byoc/examples/train_mnist_like.py"
+RUNTIME_DIR = "/run/byoc"
+
+# --- SM_* variables exported to the training processes ----------------------------------------
+SM_PREFIX = "SM_"
+SM_HP_PREFIX = "SM_HP_"
+SM_CHANNEL_PREFIX = "SM_CHANNEL_"
+SM_MODEL_DIR = "SM_MODEL_DIR"
+SM_OUTPUT_DIR = "SM_OUTPUT_DIR"
+SM_OUTPUT_DATA_DIR = "SM_OUTPUT_DATA_DIR"
+SM_INPUT_DIR = "SM_INPUT_DIR"
+SM_INPUT_CONFIG_DIR = "SM_INPUT_CONFIG_DIR"
+SM_CHANNELS = "SM_CHANNELS"
+SM_HPS = "SM_HPS"
+SM_HOSTS = "SM_HOSTS"
+SM_CURRENT_HOST = "SM_CURRENT_HOST"
+SM_CURRENT_INSTANCE_TYPE = "SM_CURRENT_INSTANCE_TYPE"
+SM_NUM_GPUS = "SM_NUM_GPUS"
+SM_NUM_CPUS = "SM_NUM_CPUS"
+SM_NETWORK_INTERFACE_NAME = "SM_NETWORK_INTERFACE_NAME"
+SM_USER_ARGS = "SM_USER_ARGS"
+SM_USER_ENTRY_POINT = "SM_USER_ENTRY_POINT"
+SM_MODULE_DIR = "SM_MODULE_DIR"
+SM_MODULE_NAME = "SM_MODULE_NAME"
+SM_TRAINING_ENV = "SM_TRAINING_ENV"
+SM_RESOURCE_CONFIG = "SM_RESOURCE_CONFIG"
+SM_INPUT_DATA_CONFIG = "SM_INPUT_DATA_CONFIG"
+SM_LOG_LEVEL = "SM_LOG_LEVEL"
+SM_FRAMEWORK_MODULE = "SM_FRAMEWORK_MODULE"
+SM_CHECKPOINT_DIR = "SM_CHECKPOINT_DIR"  # ours: SageMaker has none, scripts often want one
+
+# Prefixes of variables horovodrun forwards to every rank besides SM_*.
+FORWARDED_PREFIXES = ("SM_", "NCCL_", "HOROVOD_", "BYOC_", "SAGEMAKER_", "TRAINING_JOB_", "AWS_")

@@ -1,0 +1,125 @@
+"""The SM_* variables users' scripts expect, and the user's command-line arguments."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Any
+
+from byoc import constants as C
+from byoc.config import JobConfig
+
+
+def user_hyperparameters(hps: dict[str, Any]) -> dict[str, Any]:
+    """Every hyperparameter but the launcher's own (sagemaker_*)."""
+    return {k: v for k, v in hps.items() if not k.startswith(C.HP_PREFIX)}
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    return str(value)
+
+
+def to_cmd_args(hps: dict[str, Any]) -> list[str]:
+    """As the SageMaker toolkit does: sorted, `--key value` (`-k value`), True/False, dicts k=v,..."""
+    args: list[str] = []
+    for key in sorted(hps):
+        name = _text(key)
+        args.append(f"-{name}" if len(name) == 1 else f"--{name}")
+        value = hps[key]
+        if isinstance(value, dict):
+            args.append(",".join(f"{k}={v}" for k, v in sorted(value.items())))
+        else:
+            args.append(_text(value))
+    return args
+
+
+def _env_value(value: Any) -> str:
+    """Strings as they are, everything else compact JSON (the toolkit's convention)."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+def _env_key(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_]", "_", name).upper()
+
+
+def sm_variables(
+    cfg: JobConfig,
+    *,
+    entry_point: str,
+    module_dir: str,
+    num_gpus: int,
+    num_cpus: int,
+    user_args: list[str],
+) -> dict[str, str]:
+    """The SM_* variables of this host, computed from the contract files."""
+    root = cfg.root
+    hps = user_hyperparameters(cfg.hyperparameters)
+    channel_dirs = {ch.name: str(root / C.DATA_DIR / ch.name) for ch in cfg.channels}
+    module_name = os.path.splitext(os.path.basename(entry_point))[0]
+    training_env: dict[str, Any] = {
+        "channel_input_dirs": channel_dirs,
+        "current_host": cfg.current_host,
+        "current_instance_type": cfg.instance_type,
+        "hosts": cfg.hosts,
+        "hyperparameters": hps,
+        "input_config_dir": str(root / "input" / "config"),
+        "input_data_config": cfg.input_data_config,
+        "input_dir": str(root / "input"),
+        "job_name": os.environ.get(C.TRAINING_JOB_NAME),
+        "log_level": 20,
+        "model_dir": str(root / C.MODEL_DIR),
+        "module_dir": module_dir,
+        "module_name": module_name,
+        "network_interface_name": cfg.network_interface,
+        "num_cpus": num_cpus,
+        "num_gpus": num_gpus,
+        "output_data_dir": str(root / C.OUTPUT_DATA_DIR),
+        "output_dir": str(root / C.OUTPUT_DIR),
+        "resource_config": cfg.resource_config,
+        "user_entry_point": os.path.basename(entry_point),
+    }
+    env = {
+        C.SM_MODEL_DIR: str(root / C.MODEL_DIR),
+        C.SM_OUTPUT_DIR: str(root / C.OUTPUT_DIR),
+        C.SM_OUTPUT_DATA_DIR: str(root / C.OUTPUT_DATA_DIR),
+        C.SM_INPUT_DIR: str(root / "input"),
+        C.SM_INPUT_CONFIG_DIR: str(root / "input" / "config"),
+        C.SM_CHECKPOINT_DIR: str(root / C.CHECKPOINT_DIR),
+        C.SM_CHANNELS: _env_value(sorted(channel_dirs)),
+        C.SM_HPS: _env_value(hps),
+        C.SM_HOSTS: _env_value(cfg.hosts),
+        C.SM_CURRENT_HOST: cfg.current_host,
+        C.SM_NUM_GPUS: str(num_gpus),
+        C.SM_NUM_CPUS: str(num_cpus),
+        C.SM_USER_ARGS: _env_value(user_args),
+        C.SM_USER_ENTRY_POINT: os.path.basename(entry_point),
+        C.SM_MODULE_DIR: module_dir,
+        C.SM_MODULE_NAME: module_name,
+        C.SM_RESOURCE_CONFIG: _env_value(cfg.resource_config),
+        C.SM_INPUT_DATA_CONFIG: _env_value(cfg.input_data_config),
+        C.SM_LOG_LEVEL: "20",
+        C.SM_FRAMEWORK_MODULE: "",
+        C.SM_TRAINING_ENV: _env_value(training_env),
+    }
+    if cfg.network_interface:
+        env[C.SM_NETWORK_INTERFACE_NAME] = cfg.network_interface
+    if cfg.instance_type:
+        env[C.SM_CURRENT_INSTANCE_TYPE] = cfg.instance_type
+    for name, path in channel_dirs.items():
+        env[C.SM_CHANNEL_PREFIX + _env_key(name)] = path
+    for key, value in hps.items():
+        env[C.SM_HP_PREFIX + _env_key(key)] = _env_value(value)
+    return env
+
+
+def merged_environment(base: dict[str, str], computed: dict[str, str]) -> dict[str, str]:
+    """base (the container's environment) plus computed, where SM_* already set in base win."""
+    env = dict(base)
+    for key, value in computed.items():
+        env.setdefault(key, value)
+    return env

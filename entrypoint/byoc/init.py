@@ -1,0 +1,27 @@
+"""`byoc-init`, the image's ENTRYPOINT: decide what to run, then supervise it as PID 1.
+
+docker run IMAGE                 -> the image's CMD (bash)
+docker run IMAGE <command ...>   -> that command, run as is
+"""
+
+from __future__ import annotations
+
+import sys
+
+from byoc import supervisor
+
+
+def command_for(argv: list[str]) -> list[str]:
+    """The command line to supervise for the container's arguments."""
+    if not argv:
+        return ["bash"]
+    return list(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    return supervisor.run(command_for(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Build the image for FLAVOR (cpu|gpu). Called by `make build`; every input is an environment
+# variable the Makefile documents (README.md, "Build arguments").
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+FLAVOR=${FLAVOR:-gpu}
+IMAGE=${IMAGE:-pytorch-horovod}
+TAG=${TAG:-$FLAVOR}
+DOCKER=${DOCKER:-$(scripts/docker.sh client)}
+CPU_BASE=${CPU_BASE:-ubuntu:24.04}
+LOCAL_BASE=${LOCAL_BASE:-pytorch-horovod-base:bookworm}
+say() { echo "build: $*" >&2; }
+fail() { echo "build: error: $*" >&2; exit 1; }
+
+# The Dockerfile's default for ARG NAME (versions live there only).
+dockerfile_arg() { sed -n -E "s/^ARG $1=(.*)$/\1/p" Dockerfile | head -n 1; }
+
+have_image() {
+    "$DOCKER" image inspect "$1" >/dev/null 2>&1 && return 0
+    say "pulling $1"
+    "$DOCKER" pull "$1" >/dev/null 2>&1
+}
+
+args=(--build-arg "FLAVOR=$FLAVOR")
+case "$FLAVOR" in
+    cpu)
+        if [ -n "${BASE_IMAGE:-}" ]; then
+            have_image "$BASE_IMAGE" || fail "BASE_IMAGE=$BASE_IMAGE is neither local nor pullable"
+            base=$BASE_IMAGE
+        elif have_image "$CPU_BASE"; then
+            base=$CPU_BASE
+        else
+            say "$CPU_BASE cannot be pulled (no registry?): using the local Debian base $LOCAL_BASE instead"
+            if ! "$DOCKER" image inspect "$LOCAL_BASE" >/dev/null 2>&1; then
+                say "$LOCAL_BASE does not exist yet: making it (make local-base)"
+                DOCKER=$DOCKER scripts/local-base.sh "$LOCAL_BASE" || fail "could not make $LOCAL_BASE; run 'make local-base' and see its error, or pass BASE_IMAGE=<an OS image you have>"
+            fi
+            base=$LOCAL_BASE
+        fi
+        args+=(--build-arg "BUILDER_IMAGE=$base" --build-arg "RUNTIME_IMAGE=$base"
+               --build-arg "HOROVOD_GPU_OPERATIONS=")
+        say "cpu flavor on $base"
+        ;;
+    gpu)
+        cuda=$(dockerfile_arg CUDA_VERSION)
+        os=$(dockerfile_arg BASE_OS)
+        builder=${BUILDER_IMAGE:-nvidia/cuda:${cuda}-devel-${os}}
+        runtime=${RUNTIME_IMAGE:-nvidia/cuda:${cuda}-runtime-${os}}
+        for b in "$builder" "$runtime"; do
+            have_image "$b" || fail "$b cannot be pulled. On a host without registry access, load the nvidia/cuda images (docker load) or pass BUILDER_IMAGE=<CUDA devel image> RUNTIME_IMAGE=<matching runtime image>; or build FLAVOR=cpu"
+        done
+        args+=(--build-arg "BUILDER_IMAGE=$builder" --build-arg "RUNTIME_IMAGE=$runtime")
+        [ -n "${CUDA_ARCHS:-}" ] && args+=(--build-arg "CUDA_ARCHS=$CUDA_ARCHS")
+        say "gpu flavor on $builder / $runtime"
+        ;;
+    *) fail "FLAVOR must be cpu or gpu, not '$FLAVOR'" ;;
+esac
+[ -n "${TORCH_INDEX_URL:-}" ] && args+=(--build-arg "TORCH_INDEX_URL=$TORCH_INDEX_URL")
+
+# The host's CA bundle (a TLS-intercepting proxy) as a BuildKit secret: never in a layer.
+for ca in "${PIP_CERT:-}" "${SSL_CERT_FILE:-}" "${REQUESTS_CA_BUNDLE:-}"; do
+    if [ -n "$ca" ] && [ -s "$ca" ]; then
+        args+=(--secret "id=ca,src=$ca")
+        say "passing the CA bundle $ca as a build secret"
+        break
+    fi
+done
+
+# .wheelhouse/ in the build context: what WHEELHOUSE holds (hard links where possible), or
+# nothing, so a stale wheelhouse never steers a build silently.
+find .wheelhouse -mindepth 1 ! -name README.md -delete
+if [ -n "${WHEELHOUSE:-}" ]; then
+    [ -d "$WHEELHOUSE" ] || fail "WHEELHOUSE=$WHEELHOUSE is not a directory"
+    cp -rl "$WHEELHOUSE"/. .wheelhouse/ 2>/dev/null || cp -r "$WHEELHOUSE"/. .wheelhouse/
+    say "wheelhouse: $WHEELHOUSE ($(find .wheelhouse -name '*.whl' | wc -l) wheels), PyPI after it"
+fi
+
+version=${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo dev)}
+revision=${VCS_REF:-$(git rev-parse --verify -q HEAD || echo unknown)}
+source_url=${SOURCE_URL:-$(git config --get remote.origin.url 2>/dev/null || echo "git+file://$PWD")}
+args+=(--build-arg "VERSION=$version" --build-arg "VCS_REF=$revision" --build-arg "SOURCE_URL=$source_url")
+
+# shellcheck disable=SC2206 # BUILD_ARGS is a list of extra docker build flags, split on spaces
+extra=(${BUILD_ARGS:-})
+say "building $IMAGE:$TAG"
+start=$SECONDS
+DOCKER_BUILDKIT=1 "$DOCKER" build --progress=plain "${args[@]}" "${extra[@]}" -t "$IMAGE:$TAG" .
+size=$("$DOCKER" image inspect --format '{{.Size}}' "$IMAGE:$TAG")
+say "built $IMAGE:$TAG in $((SECONDS - start)) s, $((size / 1000000)) MB"

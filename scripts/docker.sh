@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Docker helpers for the Makefile and .ci/run.
+#   docker.sh client   print a Docker client that can run BuildKit builds (or fail saying why)
+#   docker.sh engine   make sure an engine answers; as root on Debian/Ubuntu, install docker.io
+#                      and start dockerd when none runs (its pid goes to $DOCKERD_PIDFILE)
+set -euo pipefail
+
+DOCKERD_PIDFILE=${DOCKERD_PIDFILE:-/tmp/pytorch-horovod-dockerd.pid}
+DOCKERD_LOG=${DOCKERD_LOG:-/tmp/pytorch-horovod-dockerd.log}
+
+say() { echo "docker.sh: $*" >&2; }
+
+# A client builds with BuildKit if it has the buildx plugin, or is older than 23.0 (BuildKit was
+# built into the client until then). Docker 23+ without buildx refuses DOCKER_BUILDKIT=1.
+has_buildkit() {
+    local c=$1 v
+    command -v "$c" >/dev/null 2>&1 || return 1
+    "$c" buildx version >/dev/null 2>&1 && return 0
+    v=$("$c" version --format '{{.Client.Version}}' 2>/dev/null || "$c" --version 2>/dev/null | sed -E 's/^Docker version ([0-9]+).*/\1/')
+    [ "${v%%.*}" -lt 23 ] 2>/dev/null
+}
+
+client() {
+    local c
+    for c in ${DOCKER:-} docker /usr/bin/docker; do
+        if has_buildkit "$c"; then
+            echo "$c"
+            return 0
+        fi
+    done
+    say "no Docker client with BuildKit found: install the buildx plugin for your docker, or use a client that has BuildKit built in (Debian/Ubuntu docker.io), and pass it as DOCKER=/path/to/docker"
+    echo "${DOCKER:-docker}"
+    return 1
+}
+
+engine_up() { "$1" info >/dev/null 2>&1; }
+
+engine() {
+    local c
+    c=$(client) || exit 1
+    engine_up "$c" && return 0
+    if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+        say "no Docker engine answers. Start one (e.g. 'sudo systemctl start docker', or Docker Desktop), or run as root on Debian/Ubuntu and this script starts one."
+        exit 1
+    fi
+    if ! command -v dockerd >/dev/null 2>&1 && [ ! -x /usr/sbin/dockerd ]; then
+        say "installing docker.io from the distribution"
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker.io >/dev/null
+        c=$(client) || exit 1
+    fi
+    local dockerd
+    dockerd=$(command -v dockerd || echo /usr/sbin/dockerd)
+    say "starting $dockerd (log: $DOCKERD_LOG)"
+    # setsid: the engine outlives this make target; `docker.sh stop` ends it.
+    setsid "$dockerd" >"$DOCKERD_LOG" 2>&1 < /dev/null &
+    echo $! >"$DOCKERD_PIDFILE"
+    for _ in $(seq 1 60); do
+        engine_up "$c" && { say "engine up"; return 0; }
+        sleep 1
+    done
+    say "dockerd did not answer within 60 s; see $DOCKERD_LOG"
+    exit 1
+}
+
+stop() {
+    [ -f "$DOCKERD_PIDFILE" ] || return 0
+    local pid
+    pid=$(cat "$DOCKERD_PIDFILE")
+    if kill "$pid" 2>/dev/null; then
+        say "stopping the dockerd this script started (pid $pid)"
+        for _ in $(seq 1 30); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+    fi
+    rm -f "$DOCKERD_PIDFILE"
+}
+
+case "${1:-}" in
+    client) client ;;
+    engine) engine ;;
+    stop) stop ;;
+    *) echo "usage: $0 client|engine|stop" >&2; exit 2 ;;
+esac

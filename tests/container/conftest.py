@@ -1,0 +1,104 @@
+"""Fixtures for tests that drive the built image through the Docker SDK.
+
+BYOC_IMAGE names the image (make test-container sets it). Every container a test starts goes
+through the `containers` fixture, which removes it whatever the outcome.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+import re
+import uuid
+
+import pytest
+
+docker = pytest.importorskip(
+    "docker", reason="the Docker SDK is not installed (make test installs it)"
+)
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SCRIPTS = pathlib.Path(__file__).resolve().parent / "scripts"
+RUN_ID = uuid.uuid4().hex[:8]
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if "tests/container" in str(item.fspath):
+            item.add_marker(pytest.mark.container)
+
+
+def dockerfile_arg(name: str) -> str:
+    """The Dockerfile's default for ARG name: the one place versions are pinned."""
+    match = re.search(rf"^ARG {name}=(.*)$", (ROOT / "Dockerfile").read_text(), re.M)
+    assert match, f"ARG {name} not in Dockerfile"
+    return match.group(1).strip()
+
+
+@pytest.fixture(scope="session")
+def client():
+    try:
+        c = docker.from_env()
+        c.ping()
+    except Exception as exc:  # noqa: BLE001
+        if os.environ.get("BYOC_REQUIRE_DOCKER"):
+            pytest.fail(f"no Docker engine answers ({exc}); BYOC_REQUIRE_DOCKER is set")
+        pytest.skip(
+            f"no Docker engine answers ({exc}): run `make test-container`, which starts one"
+        )
+    return c
+
+
+@pytest.fixture(scope="session")
+def image(client):
+    name = os.environ.get("BYOC_IMAGE", "pytorch-horovod:cpu")
+    try:
+        return client.images.get(name)
+    except docker.errors.ImageNotFound:
+        pytest.fail(f"image {name} not found: build it with `make build FLAVOR=cpu`")
+
+
+class Containers:
+    """Starts containers of the image under test and remembers them for removal."""
+
+    def __init__(self, client, image):
+        self.client = client
+        self.image = image
+        self.started = []
+
+    def start(self, command=None, **kw):
+        kw.setdefault("detach", True)
+        kw.setdefault("labels", {"byoc-test": RUN_ID})
+        kw.setdefault("shm_size", "512m")
+        c = self.client.containers.run(self.image.id, command, **kw)
+        self.started.append(c)
+        return c
+
+    def run(self, command, timeout: float = 300, **kw) -> tuple[int, str]:
+        """Run command to completion: (exit code, stdout+stderr)."""
+        c = self.start(command, **kw)
+        try:
+            result = c.wait(timeout=timeout)
+        except Exception as exc:  # requests' ReadTimeout: the container outlived the bound
+            logs = c.logs().decode(errors="replace")
+            raise AssertionError(f"{command!r} did not exit within {timeout} s:\n{logs}") from exc
+        return result["StatusCode"], c.logs().decode(errors="replace")
+
+    def remove_all(self):
+        for c in self.started:
+            with contextlib.suppress(docker.errors.NotFound):
+                c.remove(force=True, v=True)
+
+
+@pytest.fixture
+def containers(client, image):
+    pool = Containers(client, image)
+    yield pool
+    pool.remove_all()
+
+
+@pytest.fixture
+def scripts_volume():
+    """The test scripts, mounted read-only at /tests in a container."""
+    return {str(SCRIPTS): {"bind": "/tests", "mode": "ro"}}

@@ -1,0 +1,173 @@
+"""The built image: Horovod against torch, the libraries, PID 1, and what must not be in it."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import pytest
+
+from tests.container.conftest import dockerfile_arg
+from tests.helpers import wait_until
+
+
+def test_check_build_lists_frameworks_and_controllers(containers, image):
+    code, out = containers.run(["horovodrun", "--check-build"], timeout=120)
+    assert code == 0, out
+    checked = {
+        line.strip()[4:].strip() for line in out.splitlines() if line.strip().startswith("[X]")
+    }
+    assert {"PyTorch", "MPI", "Gloo"} <= checked, out
+    flavor = image.labels.get("io.github.pytorch-horovod.flavor")
+    assert ("NCCL" in checked) == (flavor == "gpu"), out
+
+
+@pytest.mark.parametrize("controller", ["--gloo", "--mpi"])
+def test_horovodrun_two_processes_allreduce_and_optimizer_step(
+    containers, scripts_volume, controller
+):
+    code, out = containers.run(
+        [
+            "horovodrun",
+            controller,
+            "-np",
+            "2",
+            "-H",
+            "localhost:2",
+            "python",
+            "/tests/allreduce.py",
+        ],
+        volumes=scripts_volume,
+        timeout=300,
+    )
+    assert code == 0, out
+    # MPI tags output lines ([1,0]<stdout>:) and may glue a tag to the end of a line.
+    results = sorted(re.findall(r"RESULT (rank=\d+ size=\d+ sum=[\d.]+ weight=-?[\d.]+)", out))
+    assert results == [
+        "rank=0 size=2 sum=3.0 weight=-1.5",
+        "rank=1 size=2 sum=3.0 weight=-1.5",
+    ], out
+
+
+def test_listed_packages_import_at_the_pinned_versions(containers):
+    code, out = containers.run(
+        [
+            "python",
+            "-c",
+            "import json, boto3, horovod, horovod.torch, numpy, sagemaker_training, smdebug, "
+            "torch, torchvision; print(json.dumps({'torch': torch.__version__, "
+            "'torchvision': torchvision.__version__, 'horovod': horovod.__version__}))",
+        ],
+        timeout=120,
+    )
+    assert code == 0, out
+    versions = json.loads(out.strip().splitlines()[-1])
+    assert versions["torch"].split("+")[0] == dockerfile_arg("TORCH_VERSION")
+    assert versions["torchvision"].split("+")[0] == dockerfile_arg("TORCHVISION_VERSION")
+    assert versions["horovod"] == dockerfile_arg("HOROVOD_VERSION")
+
+
+def test_pip_check_passes(containers):
+    code, out = containers.run(["pip", "check"], timeout=120)
+    assert code == 0, out
+
+
+def test_smdebug_hook_saves_what_the_trial_api_reads_back(containers, scripts_volume):
+    code, out = containers.run(["python", "/tests/smdebug_roundtrip.py"], volumes=scripts_volume)
+    assert code == 0, out
+    assert "SMDEBUG_OK" in out, out
+
+
+def test_sagemaker_training_environment_loads_a_fake_opt_ml(containers, scripts_volume):
+    code, out = containers.run(
+        ["python", "/tests/sm_environment.py"],
+        volumes=scripts_volume,
+        environment={"SAGEMAKER_BASE_DIR": "/tmp/fake-ml"},
+    )
+    assert code == 0, out
+    assert "SM_ENVIRONMENT_OK algo-2" in out, out
+
+
+def test_bash_command_runs(containers):
+    assert containers.run(["bash", "-c", "echo ok"], timeout=60) == (0, "ok\n")
+
+
+def test_exit_code_is_passed_through(containers):
+    assert containers.run(["bash", "-c", "exit 3"], timeout=60)[0] == 3
+
+
+def test_docker_stop_is_prompt_and_forwards_sigterm(containers):
+    c = containers.start(
+        ["bash", "-c", "trap 'echo got-term; exit 0' TERM; echo ready; sleep 300 & wait"]
+    )
+    wait_until(lambda: b"ready" in c.logs(), timeout=60, what="container ready")
+    start = time.monotonic()
+    c.stop(timeout=30)
+    elapsed = time.monotonic() - start
+    c.reload()
+    assert elapsed < 5, f"docker stop took {elapsed:.1f} s: SIGTERM was not forwarded"
+    assert c.attrs["State"]["ExitCode"] == 0
+    assert b"got-term" in c.logs()
+
+
+def test_pid1_reaps_orphans(containers):
+    # Orphans re-parented to PID 1 exit; none may stay a zombie.
+    script = (
+        "for i in 1 2 3 4 5; do (sleep 0.1 &); done; sleep 2; ps -eo stat= | grep -c '^Z' || true"
+    )
+    code, out = containers.run(["bash", "-c", script], timeout=60)
+    assert code == 0, out
+    assert out.strip().splitlines()[-1] == "0", out
+
+
+def test_openmpi_is_configured_for_containers(containers):
+    code, out = containers.run(
+        [
+            "bash",
+            "-c",
+            "ompi_info --param btl vader --level 9 --parsable | grep single_copy_mechanism:value; "
+            "env | grep ^OMPI_ALLOW",
+        ],
+        timeout=60,
+    )
+    assert code == 0, out
+    assert "single_copy_mechanism:value:none" in out, out
+    assert "OMPI_ALLOW_RUN_AS_ROOT=1" in out and "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1" in out, out
+
+
+def test_runtime_has_no_compiler_no_pip_cache_no_baked_keys(containers):
+    script = (
+        "for c in gcc cc g++ c++ nvcc make cmake; do command -v $c && echo FOUND-$c; done; "
+        # The cache mount's empty mount point may remain; no file may.
+        "find /root/.cache -type f 2>/dev/null | grep -q . && echo FOUND-cache-files; "
+        "ls /etc/ssh/ssh_host_* 2>/dev/null && echo FOUND-host-keys; "
+        "ls /root/.ssh/id_* 2>/dev/null && echo FOUND-private-key; "
+        "ls /run/secrets 2>/dev/null | grep . && echo FOUND-secret; "
+        "echo checked"
+    )
+    code, out = containers.run(["bash", "-c", script], timeout=60)
+    assert code == 0, out
+    assert "FOUND" not in out, out
+    assert out.strip().endswith("checked"), out
+
+
+def test_no_ca_bundle_or_secret_in_the_image_history(client, image):
+    for layer in client.api.history(image.id):
+        created_by = layer.get("CreatedBy", "")
+        assert "BEGIN CERTIFICATE" not in created_by
+        assert "PIP_CERT=/" not in created_by.replace("PIP_CERT=/run/secrets/ca", ""), created_by
+
+
+def test_oci_labels_are_set(image):
+    labels = image.labels
+    for key in ("version", "revision", "source"):
+        value = labels.get(f"org.opencontainers.image.{key}")
+        assert value and value != "unknown", (key, labels)
+    assert labels["io.github.pytorch-horovod.torch"] == dockerfile_arg("TORCH_VERSION")
+    assert labels["io.github.pytorch-horovod.horovod"] == dockerfile_arg("HOROVOD_VERSION")
+
+
+def test_entrypoint_is_exec_form_and_our_pid1(image):
+    config = image.attrs["Config"]
+    assert config["Entrypoint"] == ["/opt/venv/bin/byoc-init"]
