@@ -147,6 +147,7 @@ RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
  && pip check \
  && find "${VENV}" -name __pycache__ -prune -exec rm -rf {} +
 COPY docker/openmpi-mca-params.conf /etc/openmpi/openmpi-mca-params.conf
+COPY docker/examples/ /opt/byoc/examples/
 RUN --mount=type=bind,from=entrypoint-wheel,source=/wheels-own,target=/wheels-own \
     pip install --no-cache-dir --no-index --no-deps /wheels-own/*.whl \
  && mkdir -p /opt/ml /workspace

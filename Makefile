@@ -17,7 +17,11 @@ export FLAVOR IMAGE TAG DOCKER LOCAL_BASE
 PY := $(VENV)/bin/python
 DEV_STAMP := $(VENV)/.installed
 
-.PHONY: help build local-base lint test test-unit test-container test-gpu shell engine clean
+HOSTS ?= 2
+SLOTS ?= 2
+LOCAL_TRAIN_ARGS ?= --hp epochs=3
+
+.PHONY: local-train help build local-base lint test test-unit test-container test-gpu shell engine clean
 
 help: ## Show this help
 	@echo "Usage: make TARGET [FLAVOR=cpu|gpu] [IMAGE=...] [TAG=...] [DOCKER=...]"
@@ -26,6 +30,10 @@ help: ## Show this help
 	@echo
 	@echo "Variables: FLAVOR=$(FLAVOR) IMAGE=$(IMAGE) TAG=$(TAG) DOCKER=$(DOCKER)"
 	@echo "Build inputs (see README): BASE_IMAGE, BUILDER_IMAGE, RUNTIME_IMAGE, WHEELHOUSE, TORCH_INDEX_URL, CUDA_ARCHS, BUILD_ARGS"
+
+local-train: engine ## The main job: SageMaker's `train` on HOSTS containers (SLOTS each) of $(IMAGE):$(TAG)
+	@$(DOCKER) image inspect $(IMAGE):$(TAG) >/dev/null 2>&1 || $(MAKE) build
+	python3 scripts/local_train.py --hosts $(HOSTS) --slots $(SLOTS) --image $(IMAGE):$(TAG) $(LOCAL_TRAIN_ARGS)
 
 engine: ## Make sure a Docker engine answers (as root on Debian/Ubuntu: install and start one)
 	@scripts/docker.sh engine

@@ -54,7 +54,7 @@ DEFAULT_DNS_TIMEOUT = 300.0
 TERM_GRACE_ENV = "BYOC_TERM_GRACE"  # s between SIGTERM and SIGKILL of the job's processes
 DEFAULT_TERM_GRACE = 60.0
 SHM_MIN_BYTES = 1 << 30  # below this /dev/shm is reported as too small
-DEFAULT_PROGRAM = "/opt/byoc/examples/train_mnist_like.py"
+DEFAULT_PROGRAM = "/opt/byoc/examples/train_synthetic.py"
 RUNTIME_DIR = "/run/byoc"
 
 # --- SM_* variables exported to the training processes ----------------------------------------

@@ -23,7 +23,7 @@ def _text(value: Any) -> str:
 
 
 def to_cmd_args(hps: dict[str, Any]) -> list[str]:
-    """As the SageMaker toolkit does: sorted, `--key value` (`-k value`), True/False, dicts k=v,..."""
+    """As the SageMaker toolkit: sorted, `--key value` (`-k value`), True/False, dicts k=v,..."""
     args: list[str] = []
     for key in sorted(hps):
         name = _text(key)

@@ -15,6 +15,9 @@ def command_for(argv: list[str]) -> list[str]:
     """The command line to supervise for the container's arguments."""
     if not argv:
         return ["bash"]
+    if argv == ["train"]:
+        # A child, not in-process: PID 1 stays a plain supervisor whatever the launcher does.
+        return [sys.executable, "-m", "byoc.train"]
     return list(argv)
 
 

@@ -96,15 +96,24 @@ def make_plan(
             list(program)
             if slots == 1
             else horovodrun_command(
-                cfg, slots, program, ssh_port=ssh_port, start_timeout=start_timeout,
+                cfg,
+                slots,
+                program,
+                ssh_port=ssh_port,
+                start_timeout=start_timeout,
                 custom_mpi_options=custom,
             )
         )
     else:
         role = "leader" if cfg.is_leader else "worker"
         command = horovodrun_command(
-            cfg, slots, program, ssh_port=ssh_port, start_timeout=start_timeout,
-            custom_mpi_options=custom, identity_file=identity_file,
+            cfg,
+            slots,
+            program,
+            ssh_port=ssh_port,
+            start_timeout=start_timeout,
+            custom_mpi_options=custom,
+            identity_file=identity_file,
         )
     return Plan(role=role, slots=slots, world_size=slots * len(cfg.hosts), command=command)
 

@@ -147,7 +147,9 @@ def resolve(host: str, timeout: float) -> str:
             return socket.getaddrinfo(host, None, socket.AF_INET)[0][4][0]
         except socket.gaierror as exc:
             if time.monotonic() >= deadline:
-                raise SSHError(f"host {host} did not resolve within {timeout:.0f} s: {exc}") from exc
+                raise SSHError(
+                    f"host {host} did not resolve within {timeout:.0f} s: {exc}"
+                ) from exc
             time.sleep(1)
 
 
@@ -158,7 +160,9 @@ def wait_for_login(host: str, timeout: float) -> float:
     while time.monotonic() - start < timeout:
         result = subprocess.run(
             ["ssh", "-o", "ConnectTimeout=5", host, "true"],
-            capture_output=True, text=True, check=False,
+            capture_output=True,
+            text=True,
+            check=False,
         )
         if result.returncode == 0:
             return time.monotonic() - start

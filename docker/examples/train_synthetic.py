@@ -1,0 +1,180 @@
+"""Example Horovod + PyTorch training on generated data (the image's default program).
+
+A small MLP learns a fixed random linear map with noise: no download, deterministic per seed.
+Shows what a real script needs: DistributedSampler sharding, LR scaled by hvd.size(), broadcast
+of parameters and optimizer state, optional fp16 compression and AMP, logs and checkpoints on
+rank 0 only, a checkpoint every epoch in SM_CHECKPOINT_DIR (/opt/ml/checkpoints) and resume
+from it at start, the final model in SM_MODEL_DIR.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+import horovod.torch as hvd
+import torch
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+
+def str2bool(value: str) -> bool:
+    # SageMaker passes booleans as True/False strings: argparse's type=bool would take "False".
+    if value.lower() in ("true", "1", "yes"):
+        return True
+    if value.lower() in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"not a boolean: {value!r}")
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--batch-size", "--batch_size", type=int, default=64)
+    p.add_argument("--lr", type=float, default=0.01, help="per-process LR (scaled by size)")
+    p.add_argument("--samples", type=int, default=8192)
+    p.add_argument("--features", type=int, default=32)
+    p.add_argument("--hidden", type=int, default=64)
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--fp16-allreduce", "--fp16_allreduce", type=str2bool, default=False)
+    p.add_argument("--amp", type=str2bool, default=False)
+    p.add_argument(
+        "--epoch-sleep",
+        "--epoch_sleep",
+        type=float,
+        default=0.0,
+        help="seconds to sleep per epoch (tests use it to stop a job mid-training)",
+    )
+    p.add_argument(
+        "--fail-on-rank",
+        "--fail_on_rank",
+        type=int,
+        default=-1,
+        help="raise on this rank after the first step (tests of failure handling)",
+    )
+    p.add_argument("--model-dir", default=os.environ.get("SM_MODEL_DIR", "/opt/ml/model"))
+    p.add_argument(
+        "--checkpoint-dir", default=os.environ.get("SM_CHECKPOINT_DIR", "/opt/ml/checkpoints")
+    )
+    return p.parse_args()
+
+
+def make_data(args: argparse.Namespace) -> TensorDataset:
+    g = torch.Generator().manual_seed(args.seed)
+    x = torch.randn(args.samples, args.features, generator=g)
+    w = torch.randn(args.features, 1, generator=g)
+    y = x @ w + 0.01 * torch.randn(args.samples, 1, generator=g)
+    return TensorDataset(x, y)
+
+
+def save_checkpoint(path: Path, model, optimizer, epoch: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save(
+        {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}, tmp
+    )
+    os.replace(tmp, path)  # atomic: a stop mid-write never leaves a torn checkpoint
+
+
+def main() -> None:
+    args = parse_args()
+    hvd.init()
+    rank, size = hvd.rank(), hvd.size()
+    torch.manual_seed(args.seed)
+    use_cuda = torch.cuda.is_available()
+    device = torch.device("cuda", hvd.local_rank()) if use_cuda else torch.device("cpu")
+    if use_cuda:
+        torch.cuda.set_device(device)
+    else:
+        torch.set_num_threads(1)  # several ranks share the host's cores
+
+    dataset = make_data(args)
+    sampler = DistributedSampler(
+        dataset, num_replicas=size, rank=rank, shuffle=True, seed=args.seed
+    )
+    loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler)
+
+    model = torch.nn.Sequential(
+        torch.nn.Linear(args.features, args.hidden),
+        torch.nn.ReLU(),
+        torch.nn.Linear(args.hidden, 1),
+    ).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * size, momentum=0.9)
+
+    checkpoint = Path(args.checkpoint_dir) / "checkpoint.pt"
+    start_epoch = 0
+    if rank == 0 and checkpoint.exists():
+        state = torch.load(checkpoint, map_location="cpu")
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        start_epoch = state["epoch"] + 1
+        print(f"resumed from {checkpoint} at epoch {start_epoch}", flush=True)
+    start_epoch = int(hvd.broadcast_object(start_epoch, root_rank=0, name="start_epoch"))
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+
+    compression = hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none
+    optimizer = hvd.DistributedOptimizer(
+        optimizer, named_parameters=model.named_parameters(), compression=compression
+    )
+    amp = args.amp and use_cuda
+    scaler = torch.amp.GradScaler("cuda", enabled=amp)
+    loss_fn = torch.nn.MSELoss()
+    print(
+        f"rank {rank}/{size} local_rank {hvd.local_rank()} on {os.uname().nodename} "
+        f"host {os.environ.get('SM_CURRENT_HOST', '?')} device {device}",
+        flush=True,
+    )
+
+    for epoch in range(start_epoch, args.epochs):
+        sampler.set_epoch(epoch)
+        model.train()
+        start, seen, total = time.perf_counter(), 0, 0.0
+        for step, (xb, yb) in enumerate(loader):
+            x, y = xb.to(device), yb.to(device)
+            optimizer.zero_grad()
+            with torch.autocast(device.type, enabled=amp):
+                loss = loss_fn(model(x), y)
+            if amp:
+                scaler.scale(loss).backward()
+                optimizer.synchronize()
+                scaler.unscale_(optimizer)
+                with optimizer.skip_synchronize():
+                    scaler.step(optimizer)
+                scaler.update()
+            else:
+                loss.backward()
+                optimizer.step()
+            seen += len(x)
+            total += loss.item() * len(x)
+            if step == 0 and epoch == start_epoch:
+                print(f"rank {rank}: first step done", flush=True)
+            if rank == args.fail_on_rank:
+                raise RuntimeError(f"deliberate failure on rank {rank} (--fail-on-rank)")
+        avg = hvd.allreduce(torch.tensor(total / max(seen, 1)), name="epoch_loss").item()
+        rate = hvd.allreduce(
+            torch.tensor(seen / (time.perf_counter() - start)), op=hvd.Sum, name="epoch_rate"
+        ).item()
+        if rank == 0:
+            print(
+                json.dumps(
+                    {"epoch": epoch, "loss": round(avg, 6), "samples_per_s": round(rate, 1)}
+                ),
+                flush=True,
+            )
+            save_checkpoint(checkpoint, model, optimizer, epoch)
+        if args.epoch_sleep:
+            time.sleep(args.epoch_sleep)
+
+    if rank == 0:
+        model_dir = Path(args.model_dir)
+        model_dir.mkdir(parents=True, exist_ok=True)
+        torch.save(model.state_dict(), model_dir / "model.pt")
+        print(f"saved {model_dir / 'model.pt'}", flush=True)
+    print(f"rank {rank}: done", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+"""Processes of the job: run one with its output watched, and end all of them on SIGTERM."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from byoc.report import OutputWatcher
+
+
+def run_watched(cmd: list[str], env: dict[str, str], cwd: Path, watcher: OutputWatcher) -> int:
+    """Run cmd, copy its output (stdout and stderr merged) to ours, feed the watcher."""
+    proc = subprocess.Popen(
+        cmd,
+        env=env,
+        cwd=str(cwd),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        errors="replace",
+        bufsize=1,
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        sys.stdout.write(line)
+        sys.stdout.flush()
+        watcher.feed(line)
+    code = proc.wait()
+    return 128 - code if code < 0 else code  # killed by signal N: 128 + N, as shells say
+
+
+def _others() -> list[int]:
+    """Every process in this PID namespace but PID 1 and this one."""
+    me = os.getpid()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) not in (1, me):
+            pids.append(int(entry.name))
+    return pids
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+def in_our_container() -> bool:
+    """PID 1 is byoc-init: we are in the image's container, not on somebody's host."""
+    try:
+        return b"byoc-init" in Path("/proc/1/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def terminate_all(grace: float) -> None:
+    """SIGTERM to every other process of the container (ranks under sshd's sessions too, which
+    PID 1's group signal misses); SIGKILL what is left after grace seconds."""
+    if not in_our_container():
+        return
+    targets = _others()
+    for pid in targets:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(_alive(p) for p in targets):
+        time.sleep(0.2)
+    for pid in targets:
+        if _alive(pid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)

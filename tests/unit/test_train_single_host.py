@@ -1,0 +1,82 @@
+"""`train` end to end on one host without Docker: exit codes and the failure/success files."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.unit.test_contract import make_tree
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_train(ml: Path, timeout=60) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "entrypoint"), SAGEMAKER_BASE_DIR=str(ml))
+    env.pop("SM_MODEL_DIR", None)
+    return subprocess.run(
+        [sys.executable, "-m", "byoc.train"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def with_program(ml: Path, body: str, hps=None) -> Path:
+    code = ml / "code"
+    code.mkdir(parents=True, exist_ok=True)
+    (code / "train.py").write_text(body)
+    all_hps = {"sagemaker_program": json.dumps("train.py"), **(hps or {})}
+    return make_tree(ml, hosts=["algo-1"], hps=all_hps)
+
+
+def test_success_writes_success_and_passes_args_and_env(tmp_path):
+    ml = with_program(
+        tmp_path,
+        "import os, sys, json\n"
+        "out = os.path.join(os.environ['SM_MODEL_DIR'], 'm.txt')\n"
+        "open(out, 'w').write(json.dumps(sys.argv[1:]))\n",
+        hps={"epochs": "2"},
+    )
+    result = run_train(ml)
+    assert result.returncode == 0, result.stderr
+    assert (ml / "output" / "success").exists()
+    assert json.loads((ml / "model" / "m.txt").read_text()) == ["--epochs", "2"]
+
+
+def test_exception_names_the_cause_in_the_failure_file(tmp_path):
+    ml = with_program(tmp_path, "raise ValueError('bad batch size 0')\n")
+    result = run_train(ml)
+    assert result.returncode == 1
+    failure = (ml / "output" / "failure").read_text()
+    assert failure.startswith(
+        "Training failed: rank 0 on algo-1 raised ValueError: bad batch size 0"
+    )
+    assert not (ml / "output" / "success").exists()
+
+
+def test_oom_kill_is_reported_as_memory(tmp_path):
+    ml = with_program(tmp_path, "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
+    result = run_train(ml)
+    assert result.returncode == 137
+    assert "out of memory" in (ml / "output" / "failure").read_text()
+
+
+def test_malformed_config_is_exit_2_with_message(tmp_path):
+    ml = make_tree(tmp_path, hosts=["algo-1"])
+    (ml / "input" / "config" / "resourceconfig.json").write_text("{oops")
+    result = run_train(ml)
+    assert result.returncode == 2
+    assert "Invalid job configuration" in result.stderr and "resourceconfig.json" in result.stderr
+    assert "resourceconfig.json is not valid JSON" in (ml / "output" / "failure").read_text()
+
+
+def test_missing_entry_point(tmp_path):
+    ml = make_tree(tmp_path, hosts=["algo-1"], hps={"sagemaker_program": '"nope.py"'})
+    result = run_train(ml)
+    assert result.returncode == 2
+    assert "nope.py not found" in (ml / "output" / "failure").read_text()
