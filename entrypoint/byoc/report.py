@@ -12,6 +12,8 @@ from byoc import constants as C
 
 # horovodrun's prefixes: MPI "[1,3]<stderr>:", Gloo "[3]<stderr>:".
 _TAG = re.compile(r"^\[(?:\d+,)?(\d+)\]<std(?:out|err)>:(.*)$")
+# mpirun tags every chunk a rank writes, so tags also land inside and at the end of lines.
+_ANY_TAG = re.compile(r"\[(?:\d+,)?\d+\]<std(?:out|err)>:")
 _EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning)\b.*)$")
 
 
@@ -35,6 +37,7 @@ class OutputWatcher:
         self.tail.append(line)
         match = _TAG.match(line)
         rank, text = (int(match.group(1)), match.group(2)) if match else (0, line)
+        text = _ANY_TAG.sub("", text)
         if text.startswith("Traceback (most recent call last):"):
             self._in_traceback[rank] = [text]
             return

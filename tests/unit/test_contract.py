@@ -223,6 +223,14 @@ def test_watcher_names_the_rank_that_raised():
     ]:
         w.feed(line)
     assert (w.first_failure.rank, w.first_failure.exception) == (3, "ValueError: boom")
+    glued = report.OutputWatcher()
+    for line in [
+        "[1,2]<stderr>:Traceback (most recent call last):",
+        "[1,2]<stderr>:    [1,2]<stderr>:main()[1,2]<stderr>:",
+        "[1,2]<stderr>:RuntimeError[1,2]<stderr>:: [1,2]<stderr>:deliberate[1,2]<stderr>:",
+    ]:
+        glued.feed(line)
+    assert glued.first_failure.exception == "RuntimeError: deliberate"
     assert "exit code 137" in report.describe_exit(137) and "memory" in report.describe_exit(137)
 
 

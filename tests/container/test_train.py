@@ -1,0 +1,178 @@
+"""`train` across 2 hosts x 2 slots, as SageMaker runs it: success, failures, SIGTERM, resume."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+import uuid
+
+import pytest
+
+from tests.helpers import wait_until
+
+HOSTS = ["algo-1", "algo-2"]
+FAST = {"samples": "2048", "epochs": "2"}
+
+
+def sdk_encode(hps: dict) -> dict:
+    return {k: json.dumps(v) for k, v in hps.items()}
+
+
+@pytest.fixture
+def job(client, containers, tmp_path):
+    """Start SageMaker-style instances of the image on a private network; removed afterwards."""
+    network = client.networks.create(f"byoc-test-{uuid.uuid4().hex[:8]}", internal=True)
+    started = {}
+
+    def write(host, hosts, hps):
+        root = tmp_path / host
+        cfg = root / "input" / "config"
+        cfg.mkdir(parents=True, exist_ok=True)
+        (cfg / "resourceconfig.json").write_text(
+            json.dumps({"current_host": host, "hosts": hosts, "network_interface_name": "eth0"})
+        )
+        (cfg / "hyperparameters.json").write_text(json.dumps(hps))
+        (cfg / "inputdataconfig.json").write_text("{}")
+        return root
+
+    def start(host, hosts=HOSTS, hps=None, env=None, write_config=True):
+        hps = sdk_encode(
+            {
+                "sagemaker_mpi_enabled": True,
+                "sagemaker_mpi_num_of_processes_per_host": 2,
+                **(hps or {}),
+            }
+        )
+        root = write(host, hosts, hps) if write_config else tmp_path / host
+        c = containers.start(
+            ["train"],
+            volumes={str(root): {"bind": "/opt/ml", "mode": "rw"}},
+            environment={
+                "BYOC_LEADER_TIMEOUT": "120",
+                "BYOC_LEADER_LOST_AFTER": "20",
+                **(env or {}),
+            },
+            network=network.name,
+            # The alias is the name peers use; the hostname stays the container ID (local mode).
+            networking_config={network.name: client.api.create_endpoint_config(aliases=[host])},
+        )
+        started[host] = c
+        return c, root
+
+    def wait_all(timeout):
+        """{host: (exit code, seconds since the first start)}"""
+        t0 = time.monotonic()
+        results = {}
+
+        def waiter(h, c):
+            code = c.wait(timeout=timeout)["StatusCode"]
+            results[h] = (code, time.monotonic() - t0)
+
+        threads = [threading.Thread(target=waiter, args=hc) for hc in started.items()]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout + 5)
+        return results
+
+    class Job:
+        pass
+
+    j = Job()
+    j.start, j.wait_all, j.started, j.write = start, wait_all, started, write
+    yield j
+    for c in started.values():
+        with contextlib.suppress(Exception):  # may be gone already
+            c.remove(force=True)
+    network.remove()
+
+
+def logs(c) -> str:
+    return c.logs().decode(errors="replace")
+
+
+def test_two_hosts_train_and_exit_together(job):
+    leader, ml1 = job.start("algo-1", hps=FAST)
+    worker, ml2 = job.start("algo-2", hps=FAST)
+    results = job.wait_all(timeout=300)
+    out = logs(leader)
+    assert results["algo-1"][0] == 0, out + logs(worker)
+    assert results["algo-2"][0] == 0, logs(worker)
+    assert abs(results["algo-1"][1] - results["algo-2"][1]) < 10, results
+    for rank in range(4):
+        assert f"rank {rank}: done" in out, out
+    # Ranks 2 and 3 run on algo-2 and see its own SM_CURRENT_HOST.
+    assert "rank 2/4" in out and "host algo-2" in out, out
+    assert (ml1 / "model" / "model.pt").is_file()
+    assert list((ml2 / "model").iterdir()) == []  # written once, by rank 0
+    assert (ml1 / "output" / "success").exists() and (ml2 / "output" / "success").exists()
+    assert '"epoch": 1' in out
+
+
+def test_exception_on_rank_3_fails_both_hosts_quickly_with_its_cause(job):
+    hps = {**FAST, "epochs": "50", "fail_on_rank": "3"}
+    leader, ml1 = job.start("algo-1", hps=hps)
+    worker, ml2 = job.start("algo-2", hps=hps)
+    results = job.wait_all(timeout=120)
+    assert results["algo-1"][0] != 0 and results["algo-2"][0] != 0, results
+    assert max(t for _, t in results.values()) < 90, results
+    failure = (ml1 / "output" / "failure").read_text()
+    assert failure.startswith(
+        "Training failed: rank 3 on algo-2 raised RuntimeError: deliberate"
+    ), failure
+    assert (ml2 / "output" / "failure").exists()
+    assert not (ml1 / "output" / "success").exists()
+
+
+def test_worker_that_never_starts_fails_the_leader_naming_it(job):
+    leader, ml1 = job.start("algo-1", env={"BYOC_DNS_TIMEOUT": "10", "BYOC_PEER_TIMEOUT": "10"})
+    results = job.wait_all(timeout=90)
+    code, took = results["algo-1"]
+    assert code != 0 and took < 60, (results, logs(leader))
+    assert "algo-2" in (ml1 / "output" / "failure").read_text()
+
+
+@pytest.mark.parametrize("broken", ["hyperparameters.json", "resourceconfig.json"])
+def test_malformed_config_file_gives_clear_message(job, broken):
+    root = job.write("algo-1", ["algo-1"], {})
+    (root / "input" / "config" / broken).write_text('{"epochs": ')
+    c, _ = job.start("algo-1", write_config=False)
+    code, _ = job.wait_all(timeout=60)["algo-1"]
+    assert code == 2
+    assert f"{broken} is not valid JSON" in logs(c)
+    assert f"{broken} is not valid JSON" in (root / "output" / "failure").read_text()
+
+
+def test_sigterm_mid_training_stops_fast_and_rerun_resumes(job):
+    hps = {**FAST, "epochs": "30", "epoch_sleep": "1"}
+    leader, ml1 = job.start("algo-1", hps=hps)
+    worker, ml2 = job.start("algo-2", hps=hps)
+    checkpoint = ml1 / "checkpoints" / "checkpoint.pt"
+    wait_until(checkpoint.exists, timeout=240, what="first checkpoint")
+    t0 = time.monotonic()
+    stoppers = [threading.Thread(target=c.stop, kwargs={"timeout": 120}) for c in (leader, worker)]
+    for t in stoppers:
+        t.start()
+    for t in stoppers:
+        t.join(130)
+    took = time.monotonic() - t0
+    assert took < 60, f"docker stop took {took:.0f} s"
+    for c in (leader, worker):
+        c.reload()
+        assert c.attrs["State"]["ExitCode"] != 0
+    assert "Stopped by SIGTERM" in (ml1 / "output" / "failure").read_text()
+    assert checkpoint.exists()
+
+    # The same job again (a new container per host, the same /opt/ml): it resumes.
+    for c in list(job.started.values()):
+        c.remove(force=True)
+    job.started.clear()
+    rerun = {**FAST, "epochs": "30"}
+    leader, _ = job.start("algo-1", hps=rerun)
+    job.start("algo-2", hps=rerun)
+    results = job.wait_all(timeout=300)
+    out = logs(leader)
+    assert results["algo-1"][0] == 0 and results["algo-2"][0] == 0, out
+    assert "resumed from /opt/ml/checkpoints/checkpoint.pt at epoch" in out, out
