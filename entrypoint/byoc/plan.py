@@ -56,16 +56,13 @@ def horovodrun_command(
     ssh_port: int,
     start_timeout: int,
     custom_mpi_options: str | None = None,
-    identity_file: str | None = None,
 ) -> list[str]:
     hosts = cfg.hosts
     cmd = ["horovodrun", "-np", str(slots * len(hosts))]
     cmd += ["-H", ",".join(f"{h}:{slots}" for h in hosts)]
     cmd += ["--start-timeout", str(start_timeout)]
     if len(hosts) > 1:
-        cmd += ["-p", str(ssh_port)]
-        if identity_file:
-            cmd += ["--ssh-identity-file", identity_file]
+        cmd += ["-p", str(ssh_port)]  # key and options come from ~/.ssh/config (byoc.ssh)
         if cfg.network_interface:
             cmd += ["--network-interface", cfg.network_interface]
     if custom_mpi_options:
@@ -79,7 +76,6 @@ def make_plan(
     *,
     num_gpus: int,
     env: dict[str, str] | None = None,
-    identity_file: str | None = None,
 ) -> Plan:
     env = dict(os.environ) if env is None else env
     hps = cfg.hyperparameters
@@ -89,32 +85,21 @@ def make_plan(
         env.get(C.START_TIMEOUT_ENV, C.DEFAULT_START_TIMEOUT), C.START_TIMEOUT_ENV
     )
     custom = hps.get(C.HP_CUSTOM_MPI_OPTIONS) or None
+    launcher = horovodrun_command(
+        cfg,
+        slots,
+        program,
+        ssh_port=ssh_port,
+        start_timeout=start_timeout,
+        custom_mpi_options=custom,
+    )
     if len(cfg.hosts) == 1:
         role = "single"
         # One process needs no launcher at all; several on one host need no SSH.
-        command = (
-            list(program)
-            if slots == 1
-            else horovodrun_command(
-                cfg,
-                slots,
-                program,
-                ssh_port=ssh_port,
-                start_timeout=start_timeout,
-                custom_mpi_options=custom,
-            )
-        )
+        command = list(program) if slots == 1 else launcher
     else:
         role = "leader" if cfg.is_leader else "worker"
-        command = horovodrun_command(
-            cfg,
-            slots,
-            program,
-            ssh_port=ssh_port,
-            start_timeout=start_timeout,
-            custom_mpi_options=custom,
-            identity_file=identity_file,
-        )
+        command = launcher
     return Plan(role=role, slots=slots, world_size=slots * len(cfg.hosts), command=command)
 
 

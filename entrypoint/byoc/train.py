@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import time
 import traceback
@@ -99,7 +100,9 @@ def prepare(cfg: config.JobConfig, env: dict[str, str]):
     return program, command, run_env, num_gpus
 
 
-def setup_ssh(cfg: config.JobConfig, env: dict[str, str], public_key: str, port: int) -> object:
+def setup_ssh(
+    cfg: config.JobConfig, env: dict[str, str], public_key: str, port: int
+) -> subprocess.Popen:
     dns_timeout = _seconds(env, C.DNS_TIMEOUT_ENV, C.DEFAULT_DNS_TIMEOUT)
     try:
         addresses = [ssh.resolve(h, dns_timeout) for h in cfg.hosts]
