@@ -166,7 +166,10 @@ LABEL org.opencontainers.image.title="pytorch-horovod" \
       io.github.pytorch-horovod.horovod="${HOROVOD_VERSION}"
 ENV BYOC_FLAVOR=${FLAVOR}
 WORKDIR /workspace
+# Development mode (CMD dev): JupyterLab and sshd. Documentation only; publish with -p.
+EXPOSE 8888 22
 # Our PID 1 forwards signals and reaps zombies (tini may not be the entry point on SageMaker:
 # it would take `train` for its program).
 ENTRYPOINT ["/opt/venv/bin/byoc-init"]
-CMD ["bash"]
+# No command: development mode (byoc.dev). `train` (SageMaker) or any command runs instead.
+CMD ["dev"]

@@ -20,8 +20,17 @@ DEV_STAMP := $(VENV)/.installed
 HOSTS ?= 2
 SLOTS ?= 2
 LOCAL_TRAIN_ARGS ?= --hp epochs=3
+NODES ?= 2
+export NODES
+# make dev: host ports on loopback (README: "Development container" for other machines).
+DEV_BIND ?= 127.0.0.1
+JUPYTER_HOST_PORT ?= 8888
+SSH_HOST_PORT ?= 2222
+DEV_WORKSPACE ?= $(CURDIR)
+DEV_KEYS ?= $(firstword $(wildcard $(HOME)/.ssh/id_ed25519.pub $(HOME)/.ssh/id_ecdsa.pub $(HOME)/.ssh/id_rsa.pub))
 
-.PHONY: local-train help build local-base lint test test-unit test-container test-gpu shell engine clean
+.PHONY: local-train help build local-base lint test test-unit test-container test-gpu shell dev engine clean \
+	cluster-up cluster-down cluster-shell
 
 help: ## Show this help
 	@echo "Usage: make TARGET [FLAVOR=cpu|gpu] [IMAGE=...] [TAG=...] [DOCKER=...]"
@@ -69,6 +78,21 @@ test-gpu: $(DEV_STAMP) ## GPU tests against $(IMAGE):gpu on a host with NVIDIA G
 
 shell: engine ## An interactive shell in $(IMAGE):$(TAG)
 	$(DOCKER) run --rm -it --shm-size=1g $(IMAGE):$(TAG) bash
+
+dev: engine ## Development container here: Jupyter on 8888, SSH on 2222 (your ~/.ssh key), this directory at /workspace
+	$(DOCKER) run --rm -it --shm-size=8g $(if $(wildcard /dev/nvidia0),--gpus all) \
+		-p $(DEV_BIND):$(JUPYTER_HOST_PORT):8888 -p $(DEV_BIND):$(SSH_HOST_PORT):22 \
+		$(if $(DEV_KEYS),-v $(DEV_KEYS):/etc/byoc/authorized_keys:ro) \
+		-v $(DEV_WORKSPACE):/workspace $(IMAGE):$(TAG)
+
+cluster-up: engine ## Local cluster: NODES (default 2) dev containers of $(IMAGE):$(TAG) that horovodrun across
+	@scripts/cluster.sh up $(NODES)
+
+cluster-shell: ## A shell on node0 of the local cluster
+	@scripts/cluster.sh shell
+
+cluster-down: ## Stop the local cluster and delete its key
+	@scripts/cluster.sh down
 
 clean: ## Remove the dev venv and the build-context wheelhouse
 	rm -rf $(VENV)

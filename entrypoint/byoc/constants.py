@@ -87,3 +87,32 @@ SM_CHECKPOINT_DIR = "SM_CHECKPOINT_DIR"  # ours: SageMaker has none, scripts oft
 
 # Prefixes of variables horovodrun forwards to every rank besides SM_*.
 FORWARDED_PREFIXES = ("SM_", "NCCL_", "HOROVOD_", "BYOC_", "SAGEMAKER_", "TRAINING_JOB_", "AWS_")
+
+# --- development mode: `docker run IMAGE` with no command (README.md, "Development container") -
+DEV_COMMAND = "dev"  # the image's CMD
+JUPYTER_TOKEN_ENV = "JUPYTER_TOKEN"
+JUPYTER_PORT_ENV = "JUPYTER_PORT"
+DEFAULT_JUPYTER_PORT = 8888
+NOTEBOOK_DIR_ENV = "JUPYTER_ROOT_DIR"
+DEFAULT_NOTEBOOK_DIR = "/workspace"
+JUPYTER_ENABLED_ENV = "BYOC_JUPYTER"  # 0: no Jupyter
+DEV_SSH_PORT_ENV = "SSH_PORT"
+DEFAULT_DEV_SSH_PORT = 22
+SSHD_ENABLED_ENV = "BYOC_SSHD"  # 0: no sshd
+AUTHORIZED_KEYS_ENV = "SSH_AUTHORIZED_KEYS"  # public keys, one a line
+AUTHORIZED_KEYS_FILE_ENV = "SSH_AUTHORIZED_KEYS_FILE"  # a mounted file of them
+DEFAULT_AUTHORIZED_KEYS_FILE = "/etc/byoc/authorized_keys"
+DEV_USER_ENV = "BYOC_USER"  # run Jupyter and SSH logins as this user instead of root
+DEV_UID_ENV = "BYOC_UID"
+DEV_GID_ENV = "BYOC_GID"
+DEFAULT_DEV_UID = 1000
+SSH_PEERS_ENV = "BYOC_SSH_PEERS"  # ssh Host patterns of the other nodes (the compose cluster)
+SSH_PEER_KEY_FILE_ENV = "BYOC_SSH_PEER_KEY_FILE"  # the private key for them
+HOST_KEY_DIR = "/etc/ssh"
+DEV_RUNTIME_DIR = "/run/byoc/dev"
+PROFILE_SNIPPET = "/etc/profile.d/00-byoc-env.sh"
+PEERS_CLIENT_CONFIG = "/etc/ssh/ssh_config.d/byoc-peers.conf"
+DEV_STOP_GRACE = 8.0  # s the services get after SIGTERM before SIGKILL
+# Variables SSH sessions get from the container's environment (a login shell would lose them).
+SESSION_ENV_NAMES = ("PATH", "VENV", "LANG", "LC_ALL", "PYTHONUNBUFFERED", "LD_LIBRARY_PATH")
+SESSION_ENV_PREFIXES = ("OMPI_", "NVIDIA_", "CUDA_", "NCCL_", "HOROVOD_", "BYOC_FLAVOR", "NV_")

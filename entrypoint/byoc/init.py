@@ -1,6 +1,6 @@
 """`byoc-init`, the image's ENTRYPOINT: decide what to run, then supervise it as PID 1.
 
-docker run IMAGE                 -> the image's CMD (bash)
+docker run IMAGE                 -> the image's CMD, `dev`: JupyterLab and sshd (byoc.dev)
 docker run IMAGE <command ...>   -> that command, run as is
 """
 
@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import sys
 
+from byoc import constants as C
 from byoc import supervisor
 
 
 def command_for(argv: list[str]) -> list[str]:
     """The command line to supervise for the container's arguments."""
-    if not argv:
-        return ["bash"]
+    if not argv or argv == [C.DEV_COMMAND]:
+        return [sys.executable, "-m", "byoc.dev"]
     if argv == ["train"]:
         # A child, not in-process: PID 1 stays a plain supervisor whatever the launcher does.
         return [sys.executable, "-m", "byoc.train"]

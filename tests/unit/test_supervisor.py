@@ -53,8 +53,10 @@ def children_of(pid: int) -> list[tuple[int, str]]:
     return found
 
 
-def test_no_arguments_runs_bash():
-    assert init.command_for([]) == ["bash"]
+def test_no_arguments_is_dev_mode_and_any_command_runs_as_is():
+    assert init.command_for([]) == [sys.executable, "-m", "byoc.dev"]
+    assert init.command_for(["dev"]) == [sys.executable, "-m", "byoc.dev"]
+    assert init.command_for(["bash"]) == ["bash"]
     assert init.command_for(["python", "x.py"]) == ["python", "x.py"]
 
 

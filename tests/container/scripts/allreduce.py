@@ -1,5 +1,7 @@
 """Run under horovodrun: an exact allreduce and one DistributedOptimizer step (fp16 compression)."""
 
+import socket
+
 import horovod.torch as hvd
 import torch
 
@@ -28,4 +30,7 @@ model(torch.full((1, 4), float(rank + 1))).sum().backward()
 opt.step()
 expected_w = -(size + 1) / 2
 assert torch.equal(model.weight.detach(), torch.full((1, 4), expected_w)), (rank, model.weight)
-print(f"RESULT rank={rank} size={size} sum={total[0].item()} weight={model.weight[0, 0].item()}")
+print(
+    f"RESULT rank={rank} size={size} sum={total[0].item()} weight={model.weight[0, 0].item()}"
+    f" host={socket.gethostname()}"
+)

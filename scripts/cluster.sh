@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# A local cluster of development containers (docker/compose.yaml), for horovodrun across nodes.
+#   cluster.sh up [N]      start node0..node{N-1} (N = $NODES, default 2; at most 8)
+#   cluster.sh down        stop and remove them, their network and the cluster key
+#   cluster.sh ps          list the nodes
+#   cluster.sh shell       a shell on node0
+#   cluster.sh exec CMD..  run CMD on node0, e.g. horovodrun -np 4 -H node0:2,node1:2 python train.py
+# The cluster key is made at `up` and kept outside the image and the repository, in
+# $CLUSTER_STATE (default ~/.local/state/pytorch-horovod/<project>); see README.md, "Local cluster".
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+PROJECT=${CLUSTER_PROJECT:-pytorch-horovod}
+STATE=${CLUSTER_STATE:-${XDG_STATE_HOME:-$HOME/.local/state}/pytorch-horovod/$PROJECT}
+IMAGE_REF=${BYOC_IMAGE:-${IMAGE:-pytorch-horovod}:${TAG:-${FLAVOR:-gpu}}}
+DOCKER=${DOCKER:-docker}
+MAX_NODES=8
+
+say() { echo "cluster: $*" >&2; }
+fail() { echo "cluster: error: $*" >&2; exit 1; }
+
+[[ $PROJECT =~ ^[a-z0-9][a-z0-9_-]*$ ]] || fail "CLUSTER_PROJECT='$PROJECT': use lower-case letters, digits, - and _"
+
+# `docker compose` (the plugin) or docker-compose (v1, Debian's package); as root on
+# Debian/Ubuntu, install the package when neither is there.
+COMPOSE=()
+find_compose() {
+    local c
+    for c in "$DOCKER" docker /usr/bin/docker; do
+        if command -v "$c" >/dev/null 2>&1 && "$c" compose version >/dev/null 2>&1; then
+            COMPOSE=("$c" compose)
+            return 0
+        fi
+    done
+    if command -v docker-compose >/dev/null 2>&1; then
+        COMPOSE=(docker-compose)
+        return 0
+    fi
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        say "no docker compose found: installing docker-compose from the distribution"
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker-compose >/dev/null \
+            || fail "apt-get install docker-compose failed"
+        COMPOSE=(docker-compose)
+        return 0
+    fi
+    fail "neither 'docker compose' nor docker-compose is installed: install the Docker Compose plugin (https://docs.docker.com/compose/install/) or your distribution's docker-compose"
+}
+
+KEY_DIR=$STATE/key
+export CLUSTER_KEY_DIR=$KEY_DIR
+WORKSPACE_GIVEN=${CLUSTER_WORKSPACE:+1}
+export CLUSTER_WORKSPACE=${CLUSTER_WORKSPACE:-$STATE/workspace}
+export BYOC_IMAGE=$IMAGE_REF
+# The compose file refuses to run without these; `down` and `ps` need no real values.
+export JUPYTER_TOKEN=${JUPYTER_TOKEN:-$(cat "$STATE/jupyter_token" 2>/dev/null || echo unset)}
+
+compose() {
+    local files=(-f "$ROOT/docker/compose.yaml")
+    [ -f "$STATE/compose.override.yaml" ] && files+=(-f "$STATE/compose.override.yaml")
+    "${COMPOSE[@]}" -p "$PROJECT" "${files[@]}" "$@"
+}
+
+running_nodes() {
+    "$DOCKER" ps -aq --filter "label=com.docker.compose.project=$PROJECT" | wc -l
+}
+
+# The overlay made at `up` (compose.override.yaml in $STATE), per node:
+# - NVIDIA's ulimits (memlock unlimited for pinned memory, 64 MB stack) where the engine may raise
+#   them: an engine that itself runs under a capped memlock cannot, and would refuse to start.
+# - one block of GPUs per node when this host has NVIDIA GPUs, so that local rank 0 of node0 and
+#   of node1 are not the same device. CLUSTER_GPUS=0 turns that off.
+write_overlay() {
+    local nodes=$1 count=0 per=0 i j ids ulimits="" devices entry
+    if "$DOCKER" run --rm --ulimit memlock=-1:-1 --entrypoint true "$BYOC_IMAGE" >/dev/null 2>&1; then
+        ulimits="ulimits: {memlock: -1, stack: 67108864}"
+    else
+        say "warning: this engine may not raise memlock (it runs under a capped limit): nodes keep its default; pinned-memory transfers may be slower"
+    fi
+    if [ "${CLUSTER_GPUS:-auto}" != 0 ]; then
+        count=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
+        if [ "${count:-0}" -eq 0 ] && [ "${CLUSTER_GPUS:-auto}" != auto ]; then
+            fail "CLUSTER_GPUS=${CLUSTER_GPUS} but nvidia-smi lists no GPU here"
+        fi
+        per=$((count / nodes))
+        if [ "$count" -gt 0 ] && [ "$per" -ge 1 ]; then
+            say "$count GPUs: $per per node"
+        elif [ "$count" -gt 0 ]; then
+            say "warning: $count GPUs for $nodes nodes: every node sees all of them (ranks may share a GPU)"
+        fi
+    fi
+    {
+        echo "# Made by scripts/cluster.sh up for $nodes node(s) on this host."
+        echo "services:"
+        for ((i = 0; i < nodes; i++)); do
+            devices=""
+            if [ "$per" -ge 1 ]; then
+                ids=""
+                for ((j = i * per; j < (i + 1) * per; j++)); do ids+="${ids:+, }\"$j\""; done
+                devices="deploy: {resources: {reservations: {devices: [{driver: nvidia, device_ids: [$ids], capabilities: [gpu]}]}}}"
+            elif [ "$count" -gt 0 ]; then
+                devices="deploy: {resources: {reservations: {devices: [{driver: nvidia, count: all, capabilities: [gpu]}]}}}"
+            fi
+            entry=$ulimits
+            [ -n "$devices" ] && entry+="${entry:+, }$devices"
+            echo "  node$i: {$entry}"
+        done
+    } >"$STATE/compose.override.yaml"
+}
+
+up() {
+    local nodes=${1:-${NODES:-2}} services=() i start
+    if ! [[ $nodes =~ ^[0-9]+$ ]] || [ "$nodes" -lt 1 ] || [ "$nodes" -gt $MAX_NODES ]; then
+        fail "NODES must be a number from 1 to $MAX_NODES, not '$nodes'"
+    fi
+    "$DOCKER" image inspect "$BYOC_IMAGE" >/dev/null 2>&1 \
+        || fail "image $BYOC_IMAGE not found: build it (make build, or make build FLAVOR=cpu TAG=cpu and pass TAG=cpu)"
+    if [ "$(running_nodes)" -gt 0 ]; then
+        fail "cluster '$PROJECT' is already up ($(running_nodes) containers): run 'make cluster-down' first, or pick another CLUSTER_PROJECT"
+    fi
+    mkdir -p "$STATE" "$CLUSTER_WORKSPACE"
+    chmod 700 "$STATE"
+    # A new key for every cluster: nothing of it is in the image or the repository.
+    rm -rf "$KEY_DIR"
+    mkdir -m 700 "$KEY_DIR"
+    ssh-keygen -q -t ed25519 -N "" -C "pytorch-horovod cluster $PROJECT" -f "$KEY_DIR/id_ed25519" \
+        || fail "ssh-keygen failed (is openssh-client installed?)"
+    if [ "$JUPYTER_TOKEN" = unset ]; then
+        JUPYTER_TOKEN=$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')
+        (umask 077 && echo "$JUPYTER_TOKEN" >"$STATE/jupyter_token")
+    fi
+    # The default workspace starts with the image's example as train.py; a given one is untouched.
+    if [ -z "$WORKSPACE_GIVEN" ] && [ ! -e "$CLUSTER_WORKSPACE/train.py" ]; then
+        cp docker/examples/train_synthetic.py "$CLUSTER_WORKSPACE/train.py"
+    fi
+    write_overlay "$nodes"
+    for ((i = 0; i < nodes; i++)); do services+=("node$i"); done
+    find_compose
+    say "starting ${services[*]} from $BYOC_IMAGE (project $PROJECT)"
+    compose up -d --no-build "${services[@]}" || { compose down -v --remove-orphans >/dev/null 2>&1 || true; fail "compose up failed (see above)"; }
+    # Ready when node0 logs into every node with the cluster key, as horovodrun will.
+    start=$SECONDS
+    for i in "${services[@]}"; do
+        until compose exec -T node0 ssh "$i" true >/dev/null 2>&1; do
+            if [ $((SECONDS - start)) -gt 90 ]; then
+                compose logs --tail 30 >&2 || true
+                fail "node0 could not ssh to $i within 90 s (logs above); 'make cluster-down' cleans up"
+            fi
+            sleep 1
+        done
+    done
+    local ssh_port jupyter_port hosts=""
+    for ((i = 0; i < nodes; i++)); do hosts+="${hosts:+,}node$i:2"; done
+    ssh_port=$(compose port node0 22 | sed 's/.*://')
+    jupyter_port=$(compose port node0 8888 | sed 's/.*://')
+    say "$nodes node(s) up in $((SECONDS - start)) s; /workspace on every node is $CLUSTER_WORKSPACE"
+    cat >&2 <<EOF
+  shell on node0:  scripts/cluster.sh shell
+                   ssh -i $KEY_DIR/id_ed25519 -p $ssh_port root@${CLUSTER_BIND:-127.0.0.1}
+  train:           horovodrun -np $((nodes * 2)) -H $hosts python train.py
+  JupyterLab:      http://${CLUSTER_BIND:-127.0.0.1}:$jupyter_port/lab?token=$JUPYTER_TOKEN
+  stop:            make cluster-down
+EOF
+}
+
+down() {
+    find_compose
+    say "stopping cluster '$PROJECT'"
+    compose down -v --remove-orphans --timeout 15
+    rm -rf "$KEY_DIR" "$STATE/compose.override.yaml" "$STATE/jupyter_token"
+    [ "$(running_nodes)" -eq 0 ] || fail "containers of '$PROJECT' are still there: $DOCKER ps --filter label=com.docker.compose.project=$PROJECT"
+}
+
+case "${1:-}" in
+    up) shift; up "$@" ;;
+    down) down ;;
+    ps) find_compose; compose ps ;;
+    shell) find_compose; compose exec node0 bash ;;
+    exec) shift; [ $# -gt 0 ] || fail "exec needs a command"; find_compose; compose exec -T node0 "$@" ;;
+    *) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+esac
