@@ -5,6 +5,11 @@ Shows what a real script needs: DistributedSampler sharding, LR scaled by hvd.si
 of parameters and optimizer state, optional fp16 compression and AMP, logs and checkpoints on
 rank 0 only, a checkpoint every epoch in SM_CHECKPOINT_DIR (/opt/ml/checkpoints) and resume
 from it at start, the final model in SM_MODEL_DIR.
+
+With --data-channel NAME it trains from a SageMaker channel instead (Pipe, File or FastFile
+mode, through byoc.data.ChannelDataset): records of features+1 little-endian float32 (x, then
+y), as --write-shards DIR writes them. Ranks may then get different numbers of batches;
+hvd.join() at the end of each epoch lets the others finish their allreduces.
 """
 
 from __future__ import annotations
@@ -54,6 +59,17 @@ def parse_args() -> argparse.Namespace:
         default=-1,
         help="raise on this rank after the first step (tests of failure handling)",
     )
+    p.add_argument("--data-channel", "--data_channel", default="", help="train from this channel")
+    p.add_argument("--data-framing", "--data_framing", default="recordio")
+    p.add_argument("--shuffle-buffer", "--shuffle_buffer", type=int, default=1024)
+    p.add_argument("--data-workers", "--data_workers", type=int, default=0)
+    p.add_argument(
+        "--write-shards",
+        "--write_shards",
+        default="",
+        help="write the generated data set as shards of --data-framing into this directory, exit",
+    )
+    p.add_argument("--records-per-shard", "--records_per_shard", type=int, default=1024)
     p.add_argument("--model-dir", default=os.environ.get("SM_MODEL_DIR", "/opt/ml/model"))
     p.add_argument(
         "--checkpoint-dir", default=os.environ.get("SM_CHECKPOINT_DIR", "/opt/ml/checkpoints")
@@ -69,6 +85,22 @@ def make_data(args: argparse.Namespace) -> TensorDataset:
     return TensorDataset(x, y)
 
 
+def encode(x: torch.Tensor, y: torch.Tensor) -> bytes:
+    return torch.cat([x, y]).to(torch.float32).numpy().astype("<f4").tobytes()
+
+
+def decoder(features: int):
+    size = (features + 1) * 4
+
+    def decode(record: bytes) -> tuple[torch.Tensor, torch.Tensor]:
+        if len(record) != size:
+            raise ValueError(f"a record of {len(record)} bytes; --features {features} needs {size}")
+        values = torch.frombuffer(bytearray(record), dtype=torch.float32)
+        return values[:features], values[features:]
+
+    return decode
+
+
 def save_checkpoint(path: Path, model, optimizer, epoch: int) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
@@ -80,6 +112,18 @@ def save_checkpoint(path: Path, model, optimizer, epoch: int) -> None:
 
 def main() -> None:
     args = parse_args()
+    if args.write_shards:
+        from byoc.data import write_shards
+
+        x, y = make_data(args).tensors
+        paths = write_shards(
+            (encode(x[i], y[i]) for i in range(len(x))),
+            args.write_shards,
+            framing=args.data_framing,
+            records_per_shard=args.records_per_shard,
+        )
+        print(f"wrote {len(x)} records in {len(paths)} shards to {args.write_shards}", flush=True)
+        return
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
     torch.manual_seed(args.seed)
@@ -90,11 +134,24 @@ def main() -> None:
     else:
         torch.set_num_threads(1)  # several ranks share the host's cores
 
-    dataset = make_data(args)
-    sampler = DistributedSampler(
-        dataset, num_replicas=size, rank=rank, shuffle=True, seed=args.seed
-    )
-    loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler)
+    sampler = None
+    if args.data_channel:
+        from byoc.data import ChannelDataset
+
+        channel = ChannelDataset(
+            args.data_channel,
+            args.data_framing,
+            transform=decoder(args.features),
+            shuffle_buffer=args.shuffle_buffer,
+            seed=args.seed,
+        )
+        loader = DataLoader(channel, batch_size=args.batch_size, num_workers=args.data_workers)
+    else:
+        dataset = make_data(args)
+        sampler = DistributedSampler(
+            dataset, num_replicas=size, rank=rank, shuffle=True, seed=args.seed
+        )
+        loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler)
 
     model = torch.nn.Sequential(
         torch.nn.Linear(args.features, args.hidden),
@@ -129,7 +186,8 @@ def main() -> None:
     )
 
     for epoch in range(start_epoch, args.epochs):
-        sampler.set_epoch(epoch)
+        if sampler is not None:
+            sampler.set_epoch(epoch)
         model.train()
         start, seen, total = time.perf_counter(), 0, 0.0
         for step, (xb, yb) in enumerate(loader):
@@ -153,6 +211,9 @@ def main() -> None:
                 print(f"rank {rank}: first step done", flush=True)
             if rank == args.fail_on_rank:
                 raise RuntimeError(f"deliberate failure on rank {rank} (--fail-on-rank)")
+        if args.data_channel:
+            hvd.join()  # a stream gives ranks uneven shares: wait for the others' last steps
+            print(f"rank {rank}: epoch {epoch} read {seen} records", flush=True)
         avg = hvd.allreduce(torch.tensor(total / max(seen, 1)), name="epoch_loss").item()
         rate = hvd.allreduce(
             torch.tensor(seen / (time.perf_counter() - start)), op=hvd.Sum, name="epoch_rate"

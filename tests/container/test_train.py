@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import contextlib
 import json
+import random
+import re
+import struct
 import threading
 import time
 import uuid
 
 import pytest
+from byoc.data.framing import recordio_frame
 
 from tests.helpers import wait_until
+from tests.pipe_fake import FakePipe
 
 HOSTS = ["algo-1", "algo-2"]
 FAST = {"samples": "2048", "epochs": "2"}
@@ -176,3 +181,62 @@ def test_sigterm_mid_training_stops_fast_and_rerun_resumes(job):
     out = logs(leader)
     assert results["algo-1"][0] == 0 and results["algo-2"][0] == 0, out
     assert "resumed from /opt/ml/checkpoints/checkpoint.pt at epoch" in out, out
+
+
+def test_example_trains_from_a_pipe_mode_channel(job, tmp_path):
+    """`train` on 2 hosts x 2 ranks, each with 2 DataLoader workers, from per-epoch FIFOs."""
+    features, per_host, epochs = 8, 300, 2
+    rng = random.Random(3)
+    hps = sdk_encode(
+        {
+            "sagemaker_mpi_enabled": True,
+            "sagemaker_mpi_num_of_processes_per_host": 2,
+            "data_channel": "train",
+            "features": features,
+            "epochs": epochs,
+            "data_workers": 2,
+            "shuffle_buffer": 64,
+        }
+    )
+    pipes = []
+    for host in HOSTS:
+        root = job.write(host, HOSTS, hps)
+        (root / "input" / "config" / "inputdataconfig.json").write_text(
+            json.dumps(
+                {
+                    "train": {
+                        "TrainingInputMode": "Pipe",
+                        "S3DistributionType": "ShardedByS3Key",
+                        "RecordWrapperType": "RecordIO",
+                    }
+                }
+            )
+        )
+        streams = []
+        for _ in range(epochs):
+            rows = [[rng.gauss(0, 1) for _ in range(features + 1)] for _ in range(per_host)]
+            streams.append(
+                b"".join(recordio_frame(struct.pack(f"<{features + 1}f", *r)) for r in rows)
+            )
+        # Epoch 1's FIFO appears a while after epoch 0 ended, as on the platform.
+        pipe = FakePipe(root / "input" / "data", "train", streams, [0, 2.0])
+        pipe.start()
+        pipes.append(pipe)
+    try:
+        leader, _ = job.start("algo-1", hps=None, write_config=False)
+        worker, _ = job.start("algo-2", hps=None, write_config=False)
+        results = job.wait_all(timeout=300)
+        out = logs(leader)
+        assert results["algo-1"][0] == 0 and results["algo-2"][0] == 0, out + logs(worker)
+        for p in pipes:
+            p.wait_done(10)
+            assert p.finished == [0, 1]
+    finally:
+        for p in pipes:
+            p.stop()
+    for epoch in range(epochs):
+        counts = re.findall(rf"rank (\d): epoch {epoch} read (\d+) records", out)
+        assert sorted(r for r, _ in counts) == ["0", "1", "2", "3"], out
+        # Each host's stream is read once in all, its records dealt over 2 ranks x 2 workers.
+        assert sum(int(n) for _, n in counts) == 2 * per_host, counts
+    assert '"epoch": 1' in out

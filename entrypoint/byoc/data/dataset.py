@@ -1,0 +1,361 @@
+"""ChannelDataset: one API over a SageMaker channel in Pipe, File or FastFile mode.
+
+    from byoc.data import ChannelDataset
+    ds = ChannelDataset("train", framing="recordio", shuffle_buffer=1024, seed=1,
+                        transform=decode)
+    loader = torch.utils.data.DataLoader(ds, batch_size=64, num_workers=2)
+
+Each iteration is one epoch. Every record of the channel is read by exactly one consumer (a rank,
+or a DataLoader worker of a rank) per epoch:
+
+- File/FastFile: files under input/data/<channel>, sorted. Consumers share them by file when
+  there are at least as many files as consumers, else by record stride (shard="file"|"record"
+  forces one). With S3DistributionType ShardedByS3Key each host holds its own files and only the
+  host's consumers share them; FullyReplicated files are shared by all consumers of the job.
+- Pipe: FIFOs input/data/<channel>_<epoch>, waited for up to fifo_timeout. A FIFO can be read by
+  one process: pipe_strategy="fanout" (default) has local rank 0 (worker 0) read it and deal the
+  records to the host's consumers over local sockets; pipe_strategy="per_rank" expects one
+  channel per local rank (channel "train_{local_rank}") and no DataLoader workers. With
+  FullyReplicated every host gets the whole stream and keeps every host_count-th record.
+
+The epoch counter lives in a small state file per consumer (DataLoader workers are re-created
+each epoch), so the next iteration reads the next FIFO; set_epoch() sets it explicitly.
+Ranks come from horovodrun's environment (Gloo: HOROVOD_*, MPI: OMPI_COMM_WORLD_*), else from
+an initialized Horovod, else one process; all can be passed explicitly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import re
+import socket
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from byoc import config
+from byoc import constants as C
+from byoc.data import fanout
+from byoc.data import framing as fr
+from byoc.data.pipe import ChannelError, pipe_records, read_stream
+
+try:  # The image has torch; the module also works (and is tested) without it.
+    from torch.utils.data import IterableDataset as _Base
+except ImportError:  # pragma: no cover - depends on the environment
+    _Base = object  # type: ignore[assignment,misc]
+
+STATE_DIR_ENV = "BYOC_DATA_STATE_DIR"
+FILE_MODES = ("File", "FastFile")
+
+
+@dataclass(frozen=True)
+class Topology:
+    rank: int = 0
+    size: int = 1
+    local_rank: int = 0
+    local_size: int = 1
+    host_rank: int = 0
+    host_count: int = 1
+
+
+def _env_int(env: dict[str, str], *names: str) -> int | None:
+    for name in names:
+        value = env.get(name, "").strip()
+        if value:
+            try:
+                return int(value)
+            except ValueError:
+                raise ChannelError(f"{name}={value!r} is not a number") from None
+    return None
+
+
+def topology(env: dict[str, str] | None = None) -> Topology:
+    """This process's place in the job, from horovodrun's environment (or Horovod, or alone)."""
+    env = dict(os.environ if env is None else env)
+    rank = _env_int(env, "HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
+    size = _env_int(env, "HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
+    if rank is None or size is None:
+        try:
+            import horovod.torch as hvd
+
+            if hvd.is_initialized():
+                return Topology(
+                    hvd.rank(),
+                    hvd.size(),
+                    hvd.local_rank(),
+                    hvd.local_size(),
+                    hvd.cross_rank(),
+                    hvd.cross_size(),
+                )
+        except ImportError:
+            pass
+        return Topology()
+    local_rank = _env_int(env, "HOROVOD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK")
+    local_size = _env_int(env, "HOROVOD_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE")
+    if local_rank is None or local_size is None:
+        local_rank, local_size = rank, size  # no word on hosts: take it as one host
+    # horovodrun places ranks host by host, the same number on each.
+    host_rank = _env_int(env, "HOROVOD_CROSS_RANK")
+    host_count = _env_int(env, "HOROVOD_CROSS_SIZE")
+    if host_rank is None or host_count is None:
+        host_rank, host_count = rank // local_size, max(1, size // local_size)
+    return Topology(rank, size, local_rank, local_size, host_rank, host_count)
+
+
+def _worker() -> tuple[int, int, bool]:
+    """(worker id, worker count, whether this is a DataLoader worker process)."""
+    try:
+        from torch.utils.data import get_worker_info
+    except ImportError:
+        return 0, 1, False
+    info = get_worker_info()
+    return (0, 1, False) if info is None else (info.id, info.num_workers, True)
+
+
+def list_files(directory: Path) -> list[Path]:
+    """Data files under directory, recursively, in a stable order; hidden files skipped."""
+    files = [
+        p
+        for p in directory.rglob("*")
+        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(directory).parts)
+    ]
+    return sorted(files, key=lambda p: config.natural_key(str(p.relative_to(directory))))
+
+
+def shuffled(records: Iterable[Any], size: int, rng: random.Random) -> Iterator[Any]:
+    """A local shuffle through a buffer of `size` records (no global shuffle in Pipe mode)."""
+    buffer: list[Any] = []
+    for record in records:
+        if len(buffer) < size:
+            buffer.append(record)
+            continue
+        i = rng.randrange(size)
+        yield buffer[i]
+        buffer[i] = record
+    rng.shuffle(buffer)
+    yield from buffer
+
+
+def _process_start(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return "0"
+
+
+class ChannelDataset(_Base):  # type: ignore[misc,valid-type]
+    def __init__(
+        self,
+        channel: str,
+        framing: str = "recordio",
+        *,
+        transform: Callable[[bytes], Any] | None = None,
+        mode: str | None = None,
+        distribution: str | None = None,
+        shard: str = "auto",
+        pipe_strategy: str = "fanout",
+        shuffle_buffer: int = 0,
+        seed: int = 0,
+        fifo_timeout: float = 600.0,
+        fanout_queue: int = 256,
+        check_crc: bool = True,
+        root: str | os.PathLike | None = None,
+        topology: Topology | None = None,
+        host: str | None = None,
+        state_dir: str | os.PathLike | None = None,
+    ):
+        if framing not in fr.FRAMINGS:
+            raise ValueError(f"framing {framing!r}: use one of {', '.join(fr.FRAMINGS)}")
+        if mode is not None and mode not in (*FILE_MODES, "Pipe"):
+            raise ValueError(f"mode {mode!r}: use File, FastFile or Pipe")
+        if shard not in ("auto", "file", "record"):
+            raise ValueError(f"shard {shard!r}: use auto, file or record")
+        if pipe_strategy not in ("fanout", "per_rank"):
+            raise ValueError(f"pipe_strategy {pipe_strategy!r}: use fanout or per_rank")
+        if distribution not in (None, "FullyReplicated", "ShardedByS3Key"):
+            raise ValueError(
+                f"distribution {distribution!r}: use FullyReplicated or ShardedByS3Key"
+            )
+        if shuffle_buffer < 0:
+            raise ValueError("shuffle_buffer must be >= 0")
+        self.channel = channel
+        self.framing = framing
+        self.transform = transform
+        self.mode = mode
+        self.distribution = distribution
+        self.shard = shard
+        self.pipe_strategy = pipe_strategy
+        self.shuffle_buffer = shuffle_buffer
+        self.seed = seed
+        self.fifo_timeout = fifo_timeout
+        self.fanout_queue = max(1, int(fanout_queue))
+        self.check_crc = check_crc
+        self.root = Path(root) if root is not None else None
+        self.topology = topology
+        self.host = host
+        self.state_dir = Path(state_dir) if state_dir is not None else None
+        self._epoch: int | None = None
+
+    def set_epoch(self, epoch: int) -> None:
+        """Read epoch `epoch` next (call it before each epoch, as with DistributedSampler)."""
+        self._epoch = int(epoch)
+
+    # --- where things are --------------------------------------------------------------------
+    def _root(self) -> Path:
+        return self.root if self.root is not None else config.ml_root()
+
+    def _host(self, root: Path) -> str:
+        if self.host:
+            return self.host
+        try:
+            return config.read_resource_config(root / C.RESOURCE_CONFIG)["current_host"]
+        except Exception:  # noqa: BLE001 - outside SageMaker: this machine
+            return socket.gethostname()
+
+    def _channel_spec(self, name: str, root: Path) -> tuple[str, str]:
+        """(mode, distribution) of the channel: arguments, inputdataconfig.json, or the disk."""
+        mode, distribution = self.mode, self.distribution
+        path = root / C.INPUT_DATA_CONFIG
+        if (mode is None or distribution is None) and path.exists():
+            _, channels = config.read_input_data_config(path)
+            found = {ch.name: ch for ch in channels}
+            if name in found:
+                mode = mode or found[name].mode
+                distribution = distribution or found[name].distribution
+            elif mode is None:
+                raise ChannelError(
+                    f"channel {name!r} is not in {path} (channels: "
+                    f"{', '.join(sorted(found)) or 'none'}); pass mode= to read it anyway"
+                )
+        data = root / C.DATA_DIR
+        if mode is None:
+            if (data / name).is_dir():
+                mode = "File"
+            elif (data / f"{name}_0").exists():
+                mode = "Pipe"
+            else:
+                raise ChannelError(
+                    f"channel {name!r}: neither {data / name}/ (File mode) nor {data / name}_0 "
+                    "(Pipe mode) exists, and no inputdataconfig.json says which; pass mode="
+                )
+        return mode, distribution or "FullyReplicated"
+
+    def _next_epoch(self, root: Path, name: str, consumer: int, in_worker: bool) -> int:
+        if self._epoch is not None:
+            epoch = self._epoch
+            self._epoch += 1  # in this process; worker copies get set_epoch() from the loop
+            return epoch
+        # Keyed by the process that owns the iteration (the rank, also for its DataLoader
+        # workers, which are new processes each epoch): a new run starts at epoch 0 again.
+        owner = os.getppid() if in_worker else os.getpid()
+        state_dir = self.state_dir or Path(
+            os.environ.get(STATE_DIR_ENV) or Path(tempfile.gettempdir()) / "byoc-data-state"
+        )
+        state_dir.mkdir(parents=True, exist_ok=True)
+        # One counter per channel (FIFO sequence), shared by every dataset object reading it.
+        safe = re.sub(r"[^A-Za-z0-9._-]", "_", name)
+        where = hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:12]
+        path = state_dir / f"{safe}.{where}.{owner}-{_process_start(owner)}.{consumer}"
+        try:
+            epoch = int(path.read_text())
+        except (FileNotFoundError, ValueError):
+            epoch = 0
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(str(epoch + 1))
+        os.replace(tmp, path)
+        return epoch
+
+    # --- reading -----------------------------------------------------------------------------
+    def _read(self, stream, where: str) -> Iterator[bytes]:
+        return read_stream(stream, self.framing, where, self.check_crc)
+
+    def _file_records(self, directory: Path, where: str, index: int, count: int) -> Iterator[bytes]:
+        if not directory.is_dir():
+            raise ChannelError(f"{where}: {directory} is not a directory (File mode)")
+        files = list_files(directory)
+        by_file = self.shard == "file" or (self.shard == "auto" and len(files) >= count)
+        if by_file:
+            for path in files[index::count]:
+                with open(path, "rb", buffering=1 << 20) as f:
+                    yield from self._read(f, f"{where} ({path.relative_to(directory)})")
+            return
+        k = 0
+        for path in files:
+            with open(path, "rb", buffering=1 << 20) as f:
+                for record in self._read(f, f"{where} ({path.relative_to(directory)})"):
+                    if k % count == index:
+                        yield record
+                    k += 1
+
+    def records(self) -> Iterator[bytes | Any]:
+        """One epoch of this consumer's records (what iterating the dataset yields)."""
+        topo = self.topology or topology()
+        worker, workers, in_worker = _worker()
+        root = self._root()
+        name = self.channel.format(local_rank=topo.local_rank, rank=topo.rank)
+        mode, distribution = self._channel_spec(name, root)
+        data = root / C.DATA_DIR
+        if mode in FILE_MODES:
+            if distribution == "ShardedByS3Key":
+                index = topo.local_rank * workers + worker
+                count = topo.local_size * workers
+            else:
+                index, count = topo.rank * workers + worker, topo.size * workers
+            epoch = self._next_epoch(root, name, index, in_worker)
+            where = f"channel {name!r} epoch {epoch}"
+            records = self._file_records(data / name, where, index, count)
+        else:
+            replicated = distribution == "FullyReplicated"
+            host_rank, host_count = (topo.host_rank, topo.host_count) if replicated else (0, 1)
+            if self.pipe_strategy == "per_rank":
+                if workers > 1:
+                    raise ChannelError(
+                        f"channel {name!r} (Pipe, per_rank): a FIFO can be read by one process; "
+                        "use num_workers=0 or 1, or pipe_strategy='fanout'"
+                    )
+                index, count = 0, 1
+            else:
+                index, count = topo.local_rank * workers + worker, topo.local_size * workers
+            epoch = self._next_epoch(root, name, index, in_worker)
+            where = f"channel {name!r} epoch {epoch}"
+            fifo = data / f"{name}_{epoch}"
+            if count == 1:
+                records = pipe_records(
+                    fifo,
+                    self.framing,
+                    where,
+                    self.fifo_timeout,
+                    host_rank,
+                    host_count,
+                    self.check_crc,
+                )
+            else:
+                key = f"{root.resolve()}|{self._host(root)}|{name}|{epoch}"
+                server = None
+                if index == 0:
+                    server = fanout.start_server(
+                        key=key,
+                        consumers=count,
+                        fifo=str(fifo),
+                        framing=self.framing,
+                        where=where,
+                        timeout=self.fifo_timeout,
+                        host_rank=host_rank,
+                        host_count=host_count,
+                        check_crc=self.check_crc,
+                        queue=self.fanout_queue,
+                    )
+                records = fanout.consume(key, index, count, self.fifo_timeout + 60.0, where, server)
+        if self.shuffle_buffer > 1:
+            rng = random.Random(f"{self.seed}:{epoch}:{topo.rank}:{worker}")
+            records = shuffled(records, self.shuffle_buffer, rng)
+        if self.transform is not None:
+            return map(self.transform, records)
+        return records
+
+    def __iter__(self) -> Iterator[Any]:
+        return self.records()
