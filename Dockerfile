@@ -156,6 +156,7 @@ ARG VERSION=dev
 ARG VCS_REF=unknown
 ARG SOURCE_URL=unknown
 ARG FLAVOR=gpu
+ARG CUDA_VERSION
 LABEL org.opencontainers.image.title="pytorch-horovod" \
       org.opencontainers.image.description="PyTorch + Horovod for distributed training; SageMaker BYOC compatible" \
       org.opencontainers.image.version="${VERSION}" \
@@ -163,7 +164,8 @@ LABEL org.opencontainers.image.title="pytorch-horovod" \
       org.opencontainers.image.source="${SOURCE_URL}" \
       io.github.pytorch-horovod.flavor="${FLAVOR}" \
       io.github.pytorch-horovod.torch="${TORCH_VERSION}" \
-      io.github.pytorch-horovod.horovod="${HOROVOD_VERSION}"
+      io.github.pytorch-horovod.horovod="${HOROVOD_VERSION}" \
+      io.github.pytorch-horovod.cuda="${CUDA_VERSION}"
 ENV BYOC_FLAVOR=${FLAVOR}
 WORKDIR /workspace
 # Development mode (CMD dev): JupyterLab and sshd. Documentation only; publish with -p.

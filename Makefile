@@ -22,6 +22,9 @@ SLOTS ?= 2
 LOCAL_TRAIN_ARGS ?= --hp epochs=3
 NODES ?= 2
 export NODES
+ECR_REPOSITORY ?= pytorch-horovod
+PUSH_ARGS ?=
+ARGS ?=
 # make dev: host ports on loopback (README: "Development container" for other machines).
 DEV_BIND ?= 127.0.0.1
 JUPYTER_HOST_PORT ?= 8888
@@ -30,7 +33,7 @@ DEV_WORKSPACE ?= $(CURDIR)
 DEV_KEYS ?= $(firstword $(wildcard $(HOME)/.ssh/id_ed25519.pub $(HOME)/.ssh/id_ecdsa.pub $(HOME)/.ssh/id_rsa.pub))
 
 .PHONY: local-train help build local-base lint test test-unit test-container test-gpu shell dev engine clean \
-	cluster-up cluster-down cluster-shell
+	cluster-up cluster-down cluster-shell push launch test-deps
 
 help: ## Show this help
 	@echo "Usage: make TARGET [FLAVOR=cpu|gpu] [IMAGE=...] [TAG=...] [DOCKER=...]"
@@ -67,7 +70,10 @@ lint: $(DEV_STAMP) ## hadolint, shellcheck and ruff
 test-unit: $(DEV_STAMP) ## Unit tests (no Docker)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-test-container: $(DEV_STAMP) engine ## Container tests against $(IMAGE):cpu (built if missing)
+test-deps: ## Tools the container tests drive: docker-registry, docker compose (as root on Debian/Ubuntu: installs them)
+	@scripts/docker.sh test-deps
+
+test-container: $(DEV_STAMP) engine test-deps ## Container tests against $(IMAGE):cpu (built if missing)
 	@$(DOCKER) image inspect $(IMAGE):cpu >/dev/null 2>&1 || $(MAKE) build FLAVOR=cpu TAG=cpu
 	BYOC_IMAGE=$(IMAGE):cpu $(PY) -m pytest tests/container $(PYTEST_ARGS)
 
@@ -93,6 +99,12 @@ cluster-shell: ## A shell on node0 of the local cluster
 
 cluster-down: ## Stop the local cluster and delete its key
 	@scripts/cluster.sh down
+
+push: $(DEV_STAMP) engine ## Push $(IMAGE):$(TAG) to ECR repository $(ECR_REPOSITORY) (made if missing), print the image_uri
+	PYTHONPATH=scripts $(PY) -m byoc_aws.push --image $(IMAGE):$(TAG) --repository $(ECR_REPOSITORY) $(PUSH_ARGS)
+
+launch: $(DEV_STAMP) ## Create a SageMaker training job: make launch ARGS="--image-uri URI --role ARN --instance-type ml.g5.12xlarge ..."
+	PYTHONPATH=scripts $(PY) -m byoc_aws.launch $(ARGS)
 
 clean: ## Remove the dev venv and the build-context wheelhouse
 	rm -rf $(VENV)

@@ -3,6 +3,7 @@
 #   docker.sh client   print a Docker client that can run BuildKit builds (or fail saying why)
 #   docker.sh engine   make sure an engine answers; as root on Debian/Ubuntu, install docker.io
 #                      and start dockerd when none runs (its pid goes to $DOCKERD_PIDFILE)
+#   docker.sh test-deps  docker-registry and docker compose for the container tests
 set -euo pipefail
 
 DOCKERD_PIDFILE=${DOCKERD_PIDFILE:-/tmp/pytorch-horovod-dockerd.pid}
@@ -74,9 +75,39 @@ stop() {
     rm -f "$DOCKERD_PIDFILE"
 }
 
+# What the container tests drive besides the engine: docker-registry (test_push.py) and a compose
+# (test_cluster.py). As root on Debian/Ubuntu they are installed; elsewhere, say how.
+test_deps() {
+    local missing=()
+    command -v docker-registry >/dev/null 2>&1 || missing+=(docker-registry)
+    if ! docker compose version >/dev/null 2>&1 && ! command -v docker-compose >/dev/null 2>&1; then
+        missing+=(docker-compose)
+    fi
+    [ ${#missing[@]} -eq 0 ] && return 0
+    if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+        say "missing for the container tests: ${missing[*]} (install them; those tests skip saying so)"
+        return 0
+    fi
+    say "installing ${missing[*]} from the distribution"
+    apt-get update -qq
+    # The tests start their own registry on a free loopback port: the package's service (port
+    # 5000) must not start, now or at boot. policy-rc.d 101 tells the maintainer scripts so.
+    local policy=/usr/sbin/policy-rc.d made="" rc=0
+    if [ ! -e "$policy" ]; then
+        printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 755 "$policy" && made=1
+    fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || rc=$?
+    [ -n "$made" ] && rm -f "$policy"
+    if command -v systemctl >/dev/null 2>&1; then
+        systemctl disable --now docker-registry >/dev/null 2>&1 || true
+    fi
+    [ "$rc" = 0 ] || { say "apt-get install ${missing[*]} failed ($rc)"; exit 1; }
+}
+
 case "${1:-}" in
     client) client ;;
     engine) engine ;;
     stop) stop ;;
-    *) echo "usage: $0 client|engine|stop" >&2; exit 2 ;;
+    test-deps) test_deps ;;
+    *) echo "usage: $0 client|engine|stop|test-deps" >&2; exit 2 ;;
 esac

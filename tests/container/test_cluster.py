@@ -28,9 +28,21 @@ def cluster(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess
         raise AssertionError(f"cluster.sh {' '.join(args)} ran past {timeout} s: {exc}") from exc
 
 
+def have_compose() -> bool:
+    if shutil.which("docker-compose"):
+        return True
+    docker = shutil.which(os.environ.get("DOCKER", "docker"))
+    if docker is None:
+        return False
+    result = subprocess.run([docker, "compose", "version"], capture_output=True, check=False)
+    return result.returncode == 0
+
+
 @pytest.fixture
 def cluster_env(client, image, tmp_path):
     """A cluster of this test run's own (project, state, workspace), always taken down."""
+    if not have_compose():
+        pytest.skip("no docker compose: `make test-container` installs docker-compose as root")
     workspace = tmp_path / "workspace"
     workspace.mkdir()
     shutil.copy(SCRIPTS / "allreduce.py", workspace / "allreduce.py")

@@ -1,0 +1,427 @@
+"""Create a SageMaker training job for the image, from the command line.
+
+    PYTHONPATH=scripts python -m byoc_aws.launch \\
+        --image-uri 123456789012.dkr.ecr.us-east-1.amazonaws.com/pytorch-horovod:gpu-... \\
+        --role arn:aws:iam::123456789012:role/SageMakerTraining \\
+        --instance-type ml.p4d.24xlarge --instance-count 2 --processes-per-host 8 \\
+        --source-dir src/ --entry-point train.py --hp epochs=10 --hp lr=0.01 \\
+        --channel train=s3://bucket/train/,mode=Pipe,distribution=ShardedByS3Key \\
+        --output-path s3://bucket/output/ --checkpoint-s3-uri s3://bucket/ckpt/ --spot --wait
+
+The source directory is packed as sourcedir.tar.gz (files at the archive's root) and uploaded
+to S3 as the SageMaker Python SDK does; hyperparameters are JSON-encoded as the SDK's framework
+estimators encode them. Jobs of more than one instance get a new SSH key of their own
+(BYOC_SSH_PRIVATE_KEY, see README.md "SSH trust"). --dry-run prints the request and creates
+nothing; --wait follows the job's status and logs and exits with its result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import io
+import json
+import re
+import sys
+import tarfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import botocore.exceptions
+import botocore.session
+
+from byoc_aws.common import Aws, ToolError, aws_error, connect, run, say
+
+JOB_NAME_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+ROLE_RE = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/?[a-zA-Z_0-9+=,.@\-_/]+$")
+S3_RE = re.compile(r"^s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(/.*)?$")
+CHANNEL_RE = re.compile(r"^[A-Za-z0-9.\-_]+$")
+MODES = ("File", "FastFile", "Pipe")
+DISTRIBUTIONS = ("FullyReplicated", "ShardedByS3Key")
+SSH_KEY_ENV = "BYOC_SSH_PRIVATE_KEY"  # entrypoint/byoc/constants.py SSH_KEY_ENV
+LOG_GROUP = "/aws/sagemaker/TrainingJobs"
+SKIP_IN_SOURCE = {"__pycache__", ".git", ".ipynb_checkpoints"}
+
+
+def sagemaker_model():
+    return botocore.session.get_session().get_service_model("sagemaker")
+
+
+def training_instance_types() -> list[str]:
+    return list(sagemaker_model().shape_for("TrainingInstanceType").enum)
+
+
+def parse_value(text: str):
+    """A hyperparameter's value: JSON when it parses (3, 0.1, true, [1,2]), else a string."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def sdk_encode(hyperparameters: dict) -> dict[str, str]:
+    """As the SDK's framework estimators do (PyTorch(...)): every value JSON-encoded."""
+    return {str(k): json.dumps(v) for k, v in hyperparameters.items()}
+
+
+def _pairs(items: list[str], what: str) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ToolError(f"{what} {item!r}: expected KEY=VALUE")
+        out[key] = value
+    return out
+
+
+def parse_channel(text: str) -> dict:
+    """NAME=S3_URI[,mode=File|FastFile|Pipe][,distribution=...][,wrap=RecordIO][,content-type=..]"""
+    name, sep, rest = text.partition("=")
+    if not sep or not CHANNEL_RE.match(name):
+        raise ToolError(f"--channel {text!r}: expected NAME=s3://bucket/prefix[,mode=Pipe,...]")
+    uri, *options = rest.split(",")
+    if not S3_RE.match(uri):
+        raise ToolError(f"--channel {name}: {uri!r} is not an s3://bucket/prefix URI")
+    spec = {
+        "ChannelName": name,
+        "DataSource": {
+            "S3DataSource": {
+                "S3DataType": "S3Prefix",
+                "S3Uri": uri,
+                "S3DataDistributionType": "FullyReplicated",
+            }
+        },
+    }
+    for option in options:
+        key, _, value = option.partition("=")
+        if key == "mode":
+            if value not in MODES:
+                raise ToolError(f"--channel {name}: mode must be one of {', '.join(MODES)}")
+            spec["InputMode"] = value
+        elif key == "distribution":
+            if value not in DISTRIBUTIONS:
+                raise ToolError(
+                    f"--channel {name}: distribution must be one of {', '.join(DISTRIBUTIONS)}"
+                )
+            spec["DataSource"]["S3DataSource"]["S3DataDistributionType"] = value
+        elif key == "wrap":
+            if value not in ("RecordIO", "None"):
+                raise ToolError(f"--channel {name}: wrap must be RecordIO or None")
+            spec["RecordWrapperType"] = value
+        elif key == "content-type":
+            spec["ContentType"] = value
+        else:
+            raise ToolError(f"--channel {name}: unknown option {key!r}")
+    return spec
+
+
+def pack_source(source_dir: Path, entry_point: str) -> bytes:
+    """sourcedir.tar.gz as the SDK makes it: the directory's files at the archive's root."""
+    if not source_dir.is_dir():
+        raise ToolError(f"--source-dir {source_dir} is not a directory")
+    if not (source_dir / entry_point).is_file():
+        raise ToolError(f"--entry-point {entry_point} is not a file in {source_dir}")
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for path in sorted(source_dir.rglob("*")):
+            rel = path.relative_to(source_dir)
+            if any(part in SKIP_IN_SOURCE for part in rel.parts) or path.is_symlink():
+                continue
+            if path.is_file():
+                tar.add(path, arcname=str(rel), recursive=False)
+    return buf.getvalue()
+
+
+def new_job_key() -> str:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    return (
+        Ed25519PrivateKey.generate()
+        .private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.OpenSSH,
+            serialization.NoEncryption(),
+        )
+        .decode()
+    )
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(
+        prog="launch",
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="\n".join(__doc__.splitlines()[1:]),
+    )
+    p.add_argument("--image-uri", required=True)
+    p.add_argument("--role", required=True, help="IAM role ARN SageMaker assumes")
+    p.add_argument("--instance-type", required=True, help="e.g. ml.g5.12xlarge")
+    p.add_argument("--instance-count", type=int, default=1)
+    p.add_argument("--processes-per-host", type=int, help="Horovod ranks per instance (MPI)")
+    p.add_argument("--volume-size", type=int, default=50, help="GB of EBS per instance")
+    p.add_argument("--max-run", type=int, default=24 * 3600, help="seconds")
+    p.add_argument("--job-name", help="default: <base-job-name>-<UTC time>")
+    p.add_argument("--base-job-name", default="pytorch-horovod")
+    p.add_argument("--hp", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--channel", action="append", default=[], metavar="NAME=S3URI[,opts]")
+    p.add_argument("--input-mode", choices=MODES, default="File", help="channels' default mode")
+    p.add_argument("--output-path", help="s3:// for model and output (default: SDK's bucket)")
+    p.add_argument("--checkpoint-s3-uri", help="s3:// synced with /opt/ml/checkpoints")
+    p.add_argument("--spot", action="store_true", help="managed spot training")
+    p.add_argument("--max-wait", type=int, help="seconds, >= --max-run (default: --max-run)")
+    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--subnet", action="append", default=[])
+    p.add_argument("--security-group", action="append", default=[])
+    p.add_argument("--source-dir", type=Path, help="local code, packed and uploaded to S3")
+    p.add_argument("--entry-point", help="the script in --source-dir (SAGEMAKER_PROGRAM)")
+    p.add_argument("--code-location", help="s3:// prefix for the source tarball")
+    p.add_argument("--no-job-key", action="store_true", help="let the leader make the SSH key")
+    p.add_argument("--region")
+    p.add_argument("--dry-run", action="store_true", help="print the request, create nothing")
+    p.add_argument("--wait", action="store_true", help="follow status and logs until the end")
+    p.add_argument("--poll", type=float, default=15.0, help="seconds between status checks")
+    return p.parse_args(argv)
+
+
+def validate(args) -> None:
+    """Everything that can be checked without AWS, before anything is created."""
+    if not ROLE_RE.match(args.role):
+        raise ToolError(
+            f"--role {args.role!r} is not an IAM role ARN (arn:aws:iam::123456789012:role/NAME)"
+        )
+    types = training_instance_types()
+    if args.instance_type not in types:
+        close = [t for t in types if t.startswith(args.instance_type.rsplit(".", 1)[0])][:6]
+        raise ToolError(
+            f"--instance-type {args.instance_type!r} is not a SageMaker training instance type"
+            + (f" (similar: {', '.join(close)})" if close else " (e.g. ml.g5.12xlarge)")
+        )
+    if args.instance_count < 1:
+        raise ToolError("--instance-count must be at least 1")
+    if args.processes_per_host is not None and args.processes_per_host < 1:
+        raise ToolError("--processes-per-host must be at least 1")
+    if not 1 <= args.volume_size <= 16384:
+        raise ToolError("--volume-size must be 1-16384 GB")
+    if args.max_run < 1:
+        raise ToolError("--max-run must be at least 1 second")
+    if args.max_wait is not None:
+        if not args.spot:
+            raise ToolError("--max-wait is for managed spot training: add --spot")
+        if args.max_wait < args.max_run:
+            raise ToolError("--max-wait must be at least --max-run")
+    if args.job_name and not JOB_NAME_RE.match(args.job_name):
+        raise ToolError(f"--job-name {args.job_name!r}: letters, digits and -, at most 63")
+    for uri, what in (
+        (args.output_path, "--output-path"),
+        (args.checkpoint_s3_uri, "--checkpoint-s3-uri"),
+        (args.code_location, "--code-location"),
+    ):
+        if uri and not S3_RE.match(uri):
+            raise ToolError(f"{what} {uri!r} is not an s3://bucket/prefix URI")
+    if bool(args.subnet) != bool(args.security_group):
+        raise ToolError("a VPC config needs both --subnet and --security-group")
+    if bool(args.source_dir) != bool(args.entry_point):
+        raise ToolError("--source-dir and --entry-point go together")
+    if args.source_dir:
+        if not args.source_dir.is_dir():
+            raise ToolError(f"--source-dir {args.source_dir} does not exist or is not a directory")
+        if not (args.source_dir / args.entry_point).is_file():
+            raise ToolError(f"--entry-point {args.entry_point} is not a file in {args.source_dir}")
+
+
+def build_request(args, region: str, account: str, job_name: str, job_key: str | None) -> dict:
+    bucket = f"sagemaker-{region}-{account}"
+    hps = {k: parse_value(v) for k, v in _pairs(args.hp, "--hp").items()}
+    env = _pairs(args.env, "--env")
+    if args.entry_point:
+        code_prefix = (args.code_location or f"s3://{bucket}").rstrip("/")
+        hps["sagemaker_program"] = args.entry_point
+        hps["sagemaker_submit_directory"] = f"{code_prefix}/{job_name}/source/sourcedir.tar.gz"
+    hps["sagemaker_region"] = region
+    hps["sagemaker_job_name"] = job_name
+    if args.processes_per_host:
+        hps["sagemaker_mpi_enabled"] = True
+        hps["sagemaker_mpi_num_of_processes_per_host"] = args.processes_per_host
+    if job_key:
+        env[SSH_KEY_ENV] = job_key
+    channels = [parse_channel(c) for c in args.channel]
+    names = [c["ChannelName"] for c in channels]
+    if len(set(names)) != len(names):
+        raise ToolError(f"channel names repeat: {names}")
+    output = (args.output_path or f"s3://{bucket}/").rstrip("/") + "/"
+    request = {
+        "TrainingJobName": job_name,
+        "AlgorithmSpecification": {
+            "TrainingImage": args.image_uri,
+            "TrainingInputMode": args.input_mode,
+            "EnableSageMakerMetricsTimeSeries": False,
+        },
+        "RoleArn": args.role,
+        "HyperParameters": sdk_encode(hps),
+        "OutputDataConfig": {"S3OutputPath": output},
+        "ResourceConfig": {
+            "InstanceType": args.instance_type,
+            "InstanceCount": args.instance_count,
+            "VolumeSizeInGB": args.volume_size,
+        },
+        "StoppingCondition": {"MaxRuntimeInSeconds": args.max_run},
+        "EnableManagedSpotTraining": bool(args.spot),
+        "Tags": [{"Key": "created-by", "Value": "pytorch-horovod launch"}],
+    }
+    if channels:
+        request["InputDataConfig"] = channels
+    if env:
+        request["Environment"] = env
+    if args.spot:
+        request["StoppingCondition"]["MaxWaitTimeInSeconds"] = args.max_wait or args.max_run
+    if args.checkpoint_s3_uri:
+        request["CheckpointConfig"] = {
+            "S3Uri": args.checkpoint_s3_uri,
+            "LocalPath": "/opt/ml/checkpoints",
+        }
+    if args.subnet:
+        request["VpcConfig"] = {"Subnets": args.subnet, "SecurityGroupIds": args.security_group}
+    return request
+
+
+def redacted(request: dict) -> dict:
+    shown = copy.deepcopy(request)
+    if SSH_KEY_ENV in shown.get("Environment", {}):
+        shown["Environment"][SSH_KEY_ENV] = "<a new ed25519 key for this job, not shown>"
+    return shown
+
+
+def upload_source(aws: Aws, uri: str, payload: bytes) -> tuple[str, str]:
+    bucket, _, key = uri[len("s3://") :].partition("/")
+    s3 = aws.client("s3")
+    if bucket == f"sagemaker-{aws.region}-{aws.account}":
+        try:
+            s3.head_bucket(Bucket=bucket)
+        except botocore.exceptions.ClientError:
+            say(f"creating the SDK's default bucket {bucket}")
+            kw = {}
+            if aws.region != "us-east-1":
+                kw["CreateBucketConfiguration"] = {"LocationConstraint": aws.region}
+            try:
+                s3.create_bucket(Bucket=bucket, **kw)
+            except botocore.exceptions.ClientError as exc:
+                raise aws_error("s3:CreateBucket", exc) from None
+    try:
+        s3.put_object(Bucket=bucket, Key=key, Body=payload)
+    except botocore.exceptions.ClientError as exc:
+        raise aws_error(f"s3:PutObject {uri}", exc) from None
+    say(f"uploaded the source ({len(payload) / 1e3:.1f} kB) to {uri}")
+    return bucket, key
+
+
+def follow(aws: Aws, job_name: str, poll: float) -> int:
+    """Print status changes and CloudWatch log lines until the job ends; its exit code."""
+    sm, logs = aws.client("sagemaker"), aws.client("logs")
+    tokens: dict[str, str | None] = {}
+    last = None
+
+    def drain() -> None:
+        try:
+            streams = logs.describe_log_streams(
+                logGroupName=LOG_GROUP, logStreamNamePrefix=f"{job_name}/"
+            )["logStreams"]
+        except botocore.exceptions.ClientError as exc:
+            if exc.response["Error"]["Code"] == "ResourceNotFoundException":
+                return  # no logs yet
+            raise
+        for stream in streams:
+            name = stream["logStreamName"]
+            while True:
+                kw = {"nextToken": tokens[name]} if tokens.get(name) else {"startFromHead": True}
+                page = logs.get_log_events(logGroupName=LOG_GROUP, logStreamName=name, **kw)
+                for event in page["events"]:
+                    print(f"[{name.split('/', 1)[-1]}] {event['message']}", flush=True)
+                if page.get("nextForwardToken") in (None, tokens.get(name)):
+                    break
+                tokens[name] = page["nextForwardToken"]
+
+    while True:
+        try:
+            job = sm.describe_training_job(TrainingJobName=job_name)
+        except botocore.exceptions.ClientError as exc:
+            raise aws_error("sagemaker:DescribeTrainingJob", exc) from None
+        status = (job["TrainingJobStatus"], job.get("SecondaryStatus"))
+        if status != last:
+            say(f"{datetime.now(timezone.utc):%H:%M:%S} {job_name}: {status[0]} ({status[1]})")
+            last = status
+        drain()
+        if status[0] in ("Completed", "Failed", "Stopped"):
+            if status[0] == "Failed":
+                say(f"failure reason: {job.get('FailureReason', '?')}")
+            if job.get("ModelArtifacts", {}).get("S3ModelArtifacts"):
+                say(f"model: {job['ModelArtifacts']['S3ModelArtifacts']}")
+            return 0 if status[0] == "Completed" else 1
+        time.sleep(poll)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    validate(args)
+    aws = None
+    try:
+        aws = connect(args.region)
+        region, account = aws.region, aws.account or "<account>"
+    except ToolError:
+        if not args.dry_run:
+            raise
+        # A dry run needs no credentials: it shows a placeholder for the account.
+        try:
+            region = connect(args.region, need_account=False).region
+        except ToolError:
+            region = args.region or "<region>"
+        account = "<account>"
+    job_name = (
+        args.job_name
+        or (f"{args.base_job_name}-{datetime.now(timezone.utc):%Y-%m-%d-%H-%M-%S-%f}"[:-3])
+    )
+    if not JOB_NAME_RE.match(job_name):
+        raise ToolError(f"job name {job_name!r} is not valid: shorten --base-job-name")
+    job_key = None if args.instance_count == 1 or args.no_job_key else new_job_key()
+    request = build_request(args, region, account, job_name, job_key)
+    payload = pack_source(args.source_dir, args.entry_point) if args.source_dir else None
+    if args.dry_run:
+        print(json.dumps(redacted(request), indent=2))
+        if payload is not None:
+            say(
+                f"would upload {len(payload) / 1e3:.1f} kB of source to "
+                f"{json.loads(request['HyperParameters']['sagemaker_submit_directory'])}"
+            )
+        return 0
+    uploaded = None
+    if payload is not None:
+        uri = json.loads(request["HyperParameters"]["sagemaker_submit_directory"])
+        uploaded = upload_source(aws, uri, payload)
+    sm = aws.client("sagemaker")
+    try:
+        arn = sm.create_training_job(**request)["TrainingJobArn"]
+    except (botocore.exceptions.ClientError, botocore.exceptions.ParamValidationError) as exc:
+        if uploaded:  # nothing half-created: the tarball goes with the failed request
+            aws.client("s3").delete_object(Bucket=uploaded[0], Key=uploaded[1])
+        raise aws_error("sagemaker:CreateTrainingJob", exc) from None
+    say(f"created training job {job_name}")
+    print(arn)
+    say(
+        f"console: https://{aws.region}.console.aws.amazon.com/sagemaker/home?region="
+        f"{aws.region}#/jobs/{job_name}"
+    )
+    if args.wait:
+        try:
+            return follow(aws, job_name, args.poll)
+        except KeyboardInterrupt:
+            say(
+                f"stopped following; the job goes on. To stop it: aws sagemaker "
+                f"stop-training-job --training-job-name {job_name}"
+            )
+            return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run(main))

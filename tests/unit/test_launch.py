@@ -1,0 +1,320 @@
+"""The launch tool against moto in server mode, and its request against botocore's model."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import tarfile
+import time
+
+import boto3
+import botocore.exceptions
+import botocore.session
+import pytest
+from byoc import config as entry_config
+from byoc_aws import common, launch
+
+from tests.aws_fake import ACCOUNT, no_credentials
+
+ROLE = f"arn:aws:iam::{ACCOUNT}:role/SageMakerTraining"
+IMAGE = f"{ACCOUNT}.dkr.ecr.us-east-1.amazonaws.com/pytorch-horovod:gpu-torch2.14.1"
+BUCKET = f"sagemaker-us-east-1-{ACCOUNT}"
+
+
+@pytest.fixture
+def source(tmp_path):
+    src = tmp_path / "src"
+    (src / "lib").mkdir(parents=True)
+    (src / "train.py").write_text("print('hi')\n")
+    (src / "lib" / "util.py").write_text("X = 1\n")
+    (src / "__pycache__").mkdir()
+    (src / "__pycache__" / "train.cpython-311.pyc").write_bytes(b"\0")
+    return src
+
+
+@pytest.fixture
+def sent(monkeypatch):
+    """The CreateTrainingJob parameters exactly as boto3 sends them."""
+    captured = {}
+    real = launch.connect
+
+    def connect(*a, **kw):
+        aws = real(*a, **kw)
+
+        def keep(params, **_):
+            captured.update(json.loads(json.dumps(params)))
+
+        aws.session.events.register("provide-client-params.sagemaker.CreateTrainingJob", keep)
+        return aws
+
+    monkeypatch.setattr(launch, "connect", connect)
+    return captured
+
+
+def full_args(source, job="byoc-test-job"):
+    return [
+        "--image-uri",
+        IMAGE,
+        "--role",
+        ROLE,
+        "--instance-type",
+        "ml.p4d.24xlarge",
+        "--instance-count",
+        "2",
+        "--processes-per-host",
+        "8",
+        "--volume-size",
+        "200",
+        "--max-run",
+        "7200",
+        "--job-name",
+        job,
+        "--source-dir",
+        str(source),
+        "--entry-point",
+        "train.py",
+        "--hp",
+        "epochs=3",
+        "--hp",
+        "lr=0.01",
+        "--hp",
+        "model=resnet",
+        "--hp",
+        "amp=true",
+        "--hp",
+        "layers=[1,2]",
+        "--channel",
+        "train=s3://data-bucket/train/,mode=Pipe,distribution=ShardedByS3Key",
+        "--channel",
+        "eval=s3://data-bucket/eval/,mode=FastFile",
+        "--output-path",
+        "s3://out-bucket/jobs",
+        "--checkpoint-s3-uri",
+        "s3://out-bucket/ckpt/",
+        "--spot",
+        "--max-wait",
+        "10800",
+        "--env",
+        "NCCL_DEBUG=INFO",
+        "--subnet",
+        "subnet-0abc",
+        "--security-group",
+        "sg-0abc",
+    ]
+
+
+# --- a schema check of every field the tool sets, against botocore's service model ----------
+# The model's patterns are Java regexes; these are the classes it uses, all inside [...].
+JAVA_CLASSES = {
+    r"\p{Alnum}": "a-zA-Z0-9",
+    r"\p{L}": "a-zA-Z\u00c0-\uffff",
+    r"\p{N}": "0-9",
+    r"\p{Z}": " \u00a0\u2000-\u200a\u2028\u2029\u3000",
+}
+
+
+def java_regex(pattern: str) -> str:
+    for java, python in JAVA_CLASSES.items():
+        pattern = pattern.replace(java, python)
+    return pattern
+
+
+def check_shape(value, shape, path="CreateTrainingJobRequest"):
+    kind = shape.type_name
+    meta = shape.metadata
+    if kind == "structure":
+        assert isinstance(value, dict), path
+        for key, member in value.items():
+            assert key in shape.members, f"{path}.{key} is not in the model"
+            check_shape(member, shape.members[key], f"{path}.{key}")
+        for required in shape.required_members:
+            assert required in value, f"{path}.{required} is required"
+    elif kind == "list":
+        assert isinstance(value, list), path
+        assert meta.get("min", 0) <= len(value) <= meta.get("max", 10**9), path
+        for i, item in enumerate(value):
+            check_shape(item, shape.member, f"{path}[{i}]")
+    elif kind == "map":
+        assert isinstance(value, dict), path
+        assert len(value) <= meta.get("max", 10**9), path
+        for k, v in value.items():
+            check_shape(k, shape.key, f"{path} key {k!r}")
+            check_shape(v, shape.value, f"{path}[{k!r}]")
+    elif kind == "string":
+        assert isinstance(value, str), path
+        if shape.enum:
+            assert value in shape.enum, f"{path}={value!r} not in {shape.enum[:5]}..."
+        assert meta.get("min", 0) <= len(value) <= meta.get("max", 10**9), f"{path} length"
+        if "pattern" in meta:
+            pattern = java_regex(meta["pattern"])
+            assert re.fullmatch(pattern, value), f"{path}={value!r} !~ {meta['pattern']}"
+    elif kind in ("integer", "long"):
+        assert isinstance(value, int) and not isinstance(value, bool), path
+        assert meta.get("min", -(10**18)) <= value <= meta.get("max", 10**18), path
+    elif kind == "boolean":
+        assert isinstance(value, bool), path
+    else:
+        raise AssertionError(f"{path}: unchecked shape type {kind}")
+
+
+def test_the_request_fits_botocores_model_field_by_field(aws_env, source, sent, capsys):
+    assert launch.main(full_args(source)) == 0
+    model = botocore.session.get_session().get_service_model("sagemaker")
+    shape = model.operation_model("CreateTrainingJob").input_shape
+    check_shape(sent, shape)
+    # The fields users set, where they belong.
+    assert sent["ResourceConfig"] == {
+        "InstanceType": "ml.p4d.24xlarge",
+        "InstanceCount": 2,
+        "VolumeSizeInGB": 200,
+    }
+    assert sent["StoppingCondition"] == {"MaxRuntimeInSeconds": 7200, "MaxWaitTimeInSeconds": 10800}
+    assert sent["EnableManagedSpotTraining"] is True
+    assert sent["CheckpointConfig"] == {
+        "S3Uri": "s3://out-bucket/ckpt/",
+        "LocalPath": "/opt/ml/checkpoints",
+    }
+    assert sent["VpcConfig"] == {"Subnets": ["subnet-0abc"], "SecurityGroupIds": ["sg-0abc"]}
+    assert sent["OutputDataConfig"] == {"S3OutputPath": "s3://out-bucket/jobs/"}
+    train, evaluate = sent["InputDataConfig"]
+    assert train["InputMode"] == "Pipe"
+    assert train["DataSource"]["S3DataSource"]["S3DataDistributionType"] == "ShardedByS3Key"
+    assert evaluate["InputMode"] == "FastFile"
+    assert sent["Environment"]["NCCL_DEBUG"] == "INFO"
+    # What the platform stored (moto echoes these).
+    job = boto3.client("sagemaker").describe_training_job(TrainingJobName="byoc-test-job")
+    assert job["ResourceConfig"]["InstanceCount"] == 2
+    assert job["AlgorithmSpecification"]["TrainingImage"] == IMAGE
+    assert job["RoleArn"] == ROLE
+    assert capsys.readouterr().out.strip().endswith("training-job/byoc-test-job")
+
+
+def test_hyperparameters_are_encoded_as_the_sdk_does_and_decode_back(aws_env, source, sent):
+    assert launch.main(full_args(source)) == 0
+    hps = sent["HyperParameters"]
+    submit = f"s3://{BUCKET}/byoc-test-job/source/sourcedir.tar.gz"
+    # PyTorch(..., hyperparameters={...}) sends json.dumps of every value.
+    assert hps == {
+        "epochs": "3",
+        "lr": "0.01",
+        "model": '"resnet"',
+        "amp": "true",
+        "layers": "[1, 2]",
+        "sagemaker_program": '"train.py"',
+        "sagemaker_submit_directory": f'"{submit}"',
+        "sagemaker_region": '"us-east-1"',
+        "sagemaker_job_name": '"byoc-test-job"',
+        "sagemaker_mpi_enabled": "true",
+        "sagemaker_mpi_num_of_processes_per_host": "8",
+    }
+    # ... which the image's entrypoint decodes to the values given.
+    decoded = {k: entry_config.decode_hyperparameter(v) for k, v in hps.items()}
+    assert decoded["epochs"] == 3 and decoded["model"] == "resnet" and decoded["amp"] is True
+    assert decoded["layers"] == [1, 2]
+
+
+def test_source_tarball_in_s3_has_the_sdk_layout(aws_env, source, sent):
+    assert launch.main(full_args(source)) == 0
+    body = boto3.client("s3").get_object(Bucket=BUCKET, Key="byoc-test-job/source/sourcedir.tar.gz")
+    with tarfile.open(fileobj=io.BytesIO(body["Body"].read()), mode="r:gz") as tar:
+        names = sorted(m.name for m in tar.getmembers())
+        assert names == ["lib/util.py", "train.py"]  # at the root; no __pycache__
+        assert tar.extractfile("train.py").read() == b"print('hi')\n"
+
+
+def test_multi_instance_jobs_get_their_own_ssh_key(aws_env, source, sent):
+    from cryptography.hazmat.primitives.serialization import load_ssh_private_key
+
+    assert launch.main(full_args(source, "job-a")) == 0
+    first = sent["Environment"][launch.SSH_KEY_ENV]
+    load_ssh_private_key(first.encode(), password=None)  # a usable, unencrypted key
+    assert launch.main(full_args(source, "job-b")) == 0
+    assert sent["Environment"][launch.SSH_KEY_ENV] != first
+    one = full_args(source, "job-c")
+    one[one.index("--instance-count") + 1] = "1"
+    sent.clear()
+    assert launch.main(one) == 0
+    assert launch.SSH_KEY_ENV not in sent.get("Environment", {})
+
+
+def test_dry_run_prints_the_request_and_creates_nothing(aws_env, source, capsys):
+    assert launch.main([*full_args(source), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    request = json.loads(out)
+    assert request["TrainingJobName"] == "byoc-test-job"
+    assert "not shown" in request["Environment"][launch.SSH_KEY_ENV]
+    assert "PRIVATE KEY" not in out
+    assert boto3.client("sagemaker").list_training_jobs()["TrainingJobSummaries"] == []
+    assert boto3.client("s3").list_buckets()["Buckets"] == []
+
+
+def test_wait_follows_status_and_logs_to_the_jobs_result(aws_env, source, capsys):
+    logs = boto3.client("logs")
+    logs.create_log_group(logGroupName=launch.LOG_GROUP)
+    stream = "byoc-test-job/algo-1-1700000000"
+    logs.create_log_stream(logGroupName=launch.LOG_GROUP, logStreamName=stream)
+    now = int(time.time() * 1000)
+    logs.put_log_events(
+        logGroupName=launch.LOG_GROUP,
+        logStreamName=stream,
+        # CloudWatch (and moto) drop events older than 14 days: stamp them now.
+        logEvents=[{"timestamp": now + i, "message": f"epoch {i}"} for i in range(3)],
+    )
+    assert launch.main([*full_args(source), "--wait", "--poll", "0.1"]) == 0
+    captured = capsys.readouterr()
+    assert "[algo-1-1700000000] epoch 2" in captured.out
+    assert "byoc-test-job: Completed" in captured.err
+
+
+def test_a_failed_create_leaves_no_tarball(aws_env, source, monkeypatch):
+    real = launch.connect
+
+    def connect(*a, **kw):
+        aws = real(*a, **kw)
+
+        def refuse(**_):
+            raise botocore.exceptions.ClientError(
+                {"Error": {"Code": "ResourceLimitExceeded", "Message": "no p4d for you"}},
+                "CreateTrainingJob",
+            )
+
+        aws.session.events.register("before-call.sagemaker.CreateTrainingJob", refuse)
+        return aws
+
+    monkeypatch.setattr(launch, "connect", connect)
+    assert common.run(launch.main, full_args(source)) == 1
+    objects = boto3.client("s3").list_objects_v2(Bucket=BUCKET).get("Contents", [])
+    assert objects == []
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"--role": "SageMakerTraining"}, "is not an IAM role ARN"),
+        ({"--instance-type": "ml.p4d.48xlarge"}, "not a SageMaker training instance type"),
+        ({"--source-dir": "/nonexistent/src"}, "does not exist or is not a directory"),
+        ({"--entry-point": "missing.py"}, "is not a file in"),
+        ({"--job-name": "bad_name!"}, "--job-name"),
+        ({"--max-wait": "60"}, "at least --max-run"),
+        ({"--channel": "train=http://x/y"}, "is not an s3://bucket/prefix URI"),
+        ({"--output-path": "out/"}, "is not an s3://bucket/prefix URI"),
+    ],
+)
+def test_bad_input_is_refused_before_anything_is_made(aws_env, source, capsys, change, message):
+    args = full_args(source)
+    for flag, value in change.items():
+        args[args.index(flag) + 1] = value
+    assert common.run(launch.main, args) == 2
+    assert message in capsys.readouterr().err
+    assert boto3.client("sagemaker").list_training_jobs()["TrainingJobSummaries"] == []
+    assert boto3.client("s3").list_buckets()["Buckets"] == []
+
+
+def test_no_credentials_is_a_clear_error(aws_env, source, capsys, monkeypatch):
+    no_credentials(monkeypatch)
+    assert common.run(launch.main, full_args(source)) == 2
+    assert "no AWS credentials found" in capsys.readouterr().err
+    # A dry run still works: it shows placeholders for the account.
+    assert common.run(launch.main, [*full_args(source), "--dry-run"]) == 0
+    assert "sagemaker-us-east-1-<account>" in capsys.readouterr().out
