@@ -106,6 +106,21 @@ RUN --mount=type=cache,target=/root/.cache/pip \
  && /usr/local/lib/byoc-build/build-smdebug.sh /wheels \
  && pip wheel --wheel-dir /wheels -r /tmp/requirements.txt
 
+# nccl-tests (MPI on) against torch's NCCL, pinned by commit: docker/build/build-nccl-tests.sh.
+# NCCL_TESTS=auto builds it when the source can be had (GitHub, or .wheelhouse/ for offline
+# builds: NCCL_TESTS_TARBALL=... make build); on: fail without it; off: leave it out.
+FROM builder AS nccl-tests
+ARG NCCL_TESTS_VERSION=2.19.6
+ARG NCCL_TESTS_COMMIT=a0b82b2260cf5152b9f8c061bbf7eaf0ba096432
+ARG NCCL_TESTS=auto
+ARG NCCL_TESTS_SHA256=
+ARG CUDA_ARCHS=80,86,89,90,100,120
+COPY docker/build/build-nccl-tests.sh docker/build/tar_commit.py /usr/local/lib/byoc-build/
+RUN --mount=type=secret,id=ca \
+    --mount=type=bind,source=.wheelhouse,target=/wheelhouse \
+    . /usr/local/lib/byoc-build/pip-env.sh \
+ && /usr/local/lib/byoc-build/build-nccl-tests.sh /opt/nccl-tests
+
 # Our own package, in a stage of its own so an edit rebuilds seconds, not Horovod.
 FROM builder AS entrypoint-wheel
 COPY entrypoint/ /src/entrypoint/
@@ -146,6 +161,17 @@ RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
         -r /tmp/requirements.txt "horovod==${HOROVOD_VERSION}" "smdebug==${SMDEBUG_VERSION}+byoc.1" \
  && pip check \
  && find "${VENV}" -name __pycache__ -prune -exec rm -rf {} +
+# One NCCL in the image: Horovod's RUNPATH and the linker cache (nccl-tests, anything else) both
+# lead to the NCCL of torch's nvidia-nccl wheel, ahead of any libnccl2 the base carries.
+ARG HOROVOD_GPU_OPERATIONS=NCCL
+RUN --mount=type=bind,source=docker/build/nccl-home.sh,target=/tmp/nccl-home.sh \
+    if [ "${HOROVOD_GPU_OPERATIONS}" = NCCL ]; then \
+        home=$(/tmp/nccl-home.sh "$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')") \
+     && echo "${home}/lib" > /etc/ld.so.conf.d/000-byoc-nccl.conf \
+     && ldconfig; \
+    fi
+COPY --from=nccl-tests /opt/nccl-tests/ /opt/nccl-tests/
+ENV PATH=${PATH}:/opt/nccl-tests/bin
 COPY docker/openmpi-mca-params.conf /etc/openmpi/openmpi-mca-params.conf
 COPY docker/examples/ /opt/byoc/examples/
 RUN --mount=type=bind,from=entrypoint-wheel,source=/wheels-own,target=/wheels-own \

@@ -33,7 +33,8 @@ DEV_WORKSPACE ?= $(CURDIR)
 DEV_KEYS ?= $(firstword $(wildcard $(HOME)/.ssh/id_ed25519.pub $(HOME)/.ssh/id_ecdsa.pub $(HOME)/.ssh/id_rsa.pub))
 
 .PHONY: local-train help build local-base lint test test-unit test-container test-gpu shell dev engine clean \
-	cluster-up cluster-down cluster-shell push launch test-deps
+	cluster-up cluster-down cluster-shell push launch test-deps standin build-gpu-standin \
+	test-gpu-flavor nccl-test
 
 help: ## Show this help
 	@echo "Usage: make TARGET [FLAVOR=cpu|gpu] [IMAGE=...] [TAG=...] [DOCKER=...]"
@@ -75,9 +76,30 @@ test-deps: ## Tools the container tests drive: docker-registry, docker compose (
 
 test-container: $(DEV_STAMP) engine test-deps ## Container tests against $(IMAGE):cpu (built if missing)
 	@$(DOCKER) image inspect $(IMAGE):cpu >/dev/null 2>&1 || $(MAKE) build FLAVOR=cpu TAG=cpu
-	BYOC_IMAGE=$(IMAGE):cpu $(PY) -m pytest tests/container $(PYTEST_ARGS)
+	BYOC_IMAGE=$(IMAGE):cpu $(PY) -m pytest -m "not gpu_flavor" tests/container $(PYTEST_ARGS)
 
 test: lint test-unit test-container ## Lint, unit and container tests (the cpu image; builds it if needed)
+
+STANDIN ?= pytorch-horovod-standin
+STANDIN_CUDA_ARCHS ?= 80,90
+
+standin: engine ## nvidia/cuda stand-ins ($(STANDIN):devel, :runtime) from the local base and NVIDIA's CUDA wheels
+	@tests/standin/build.sh
+
+build-gpu-standin: standin ## The gpu flavor, unchanged Dockerfile, on the stand-ins: $(IMAGE):gpu-standin
+	@FLAVOR=gpu TAG=gpu-standin BUILDER_IMAGE=$(STANDIN):devel RUNTIME_IMAGE=$(STANDIN):runtime \
+		CUDA_ARCHS=$(STANDIN_CUDA_ARCHS) scripts/build.sh
+
+test-gpu-flavor: $(DEV_STAMP) engine ## gpu flavor checks without a GPU against $(IMAGE):gpu-standin (built if missing)
+	@$(DOCKER) image inspect $(IMAGE):gpu-standin >/dev/null 2>&1 || $(MAKE) build-gpu-standin
+	BYOC_GPU_IMAGE=$(IMAGE):gpu-standin $(PY) -m pytest -m gpu_flavor tests/container $(PYTEST_ARGS)
+
+nccl-test: engine ## all_reduce_perf on every local GPU in $(IMAGE):$(TAG); passes or fails by its exit status
+	@n=$$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true); \
+	if [ "$${n:-0}" -eq 0 ]; then echo "nccl-test: no NVIDIA GPU here (nvidia-smi lists none)" >&2; exit 1; fi; \
+	$(DOCKER) run --rm --gpus all --shm-size=8g --ulimit memlock=-1 $(IMAGE):$(TAG) bash -c \
+		'if [ -e /opt/nccl-tests/NOT-BUILT ]; then cat /opt/nccl-tests/NOT-BUILT >&2; exit 1; fi; \
+		 exec all_reduce_perf -b 8 -e 256M -f 2 -c 1 -g '"$$n"
 
 test-gpu: $(DEV_STAMP) ## GPU tests against $(IMAGE):gpu on a host with NVIDIA GPUs (skip elsewhere)
 	BYOC_IMAGE=$(IMAGE):$(TAG) $(PY) -m pytest -m gpu tests/gpu $(PYTEST_ARGS)

@@ -76,6 +76,14 @@ if [ -n "${WHEELHOUSE:-}" ]; then
     say "wheelhouse: $WHEELHOUSE ($(find .wheelhouse -name '*.whl' | wc -l) wheels), PyPI after it"
 fi
 
+# nccl-tests source for offline builds: checked against NCCL_TESTS_COMMIT in the build.
+if [ -n "${NCCL_TESTS_TARBALL:-}" ]; then
+    [ -f "$NCCL_TESTS_TARBALL" ] || fail "NCCL_TESTS_TARBALL=$NCCL_TESTS_TARBALL is not a file"
+    cp "$NCCL_TESTS_TARBALL" ".wheelhouse/nccl-tests-$(dockerfile_arg NCCL_TESTS_VERSION).tar.gz"
+    say "nccl-tests from $NCCL_TESTS_TARBALL"
+fi
+[ -n "${NCCL_TESTS:-}" ] && args+=(--build-arg "NCCL_TESTS=$NCCL_TESTS")
+
 version=${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo dev)}
 revision=${VCS_REF:-$(git rev-parse --verify -q HEAD || echo unknown)}
 source_url=${SOURCE_URL:-$(git config --get remote.origin.url 2>/dev/null || echo "git+file://$PWD")}

@@ -3,12 +3,15 @@ container toolkit). Skipped, with the reason, where no GPU is visible."""
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import subprocess
 
 import pytest
 
 pytestmark = pytest.mark.gpu
+IMAGE = os.environ.get("BYOC_IMAGE", "pytorch-horovod:gpu")
 
 
 def _gpus() -> int:
@@ -29,38 +32,86 @@ def gpus():
     return n
 
 
-def test_horovod_allreduce_of_cuda_tensors_on_every_gpu(gpus):
-    import os
+def docker_run(*command: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    docker = os.environ.get("DOCKER", "docker")
+    return subprocess.run(
+        [
+            docker,
+            "run",
+            "--rm",
+            "--gpus",
+            "all",
+            "--shm-size=8g",
+            "--ulimit",
+            "memlock=-1",
+            IMAGE,
+            *command,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
-    image = os.environ.get("BYOC_IMAGE", "pytorch-horovod:gpu")
+
+def test_nccl_tests_all_reduce_on_every_gpu(gpus):
+    result = docker_run(
+        "bash",
+        "-c",
+        "if [ -e /opt/nccl-tests/NOT-BUILT ]; then cat /opt/nccl-tests/NOT-BUILT; exit 3; fi; "
+        f"exec all_reduce_perf -b 8 -e 128M -f 2 -c 1 -g {gpus}",
+    )
+    out = result.stdout + result.stderr
+    if result.returncode == 3:
+        pytest.skip(f"the image has no nccl-tests: {out.strip()}")
+    assert result.returncode == 0, out
+    assert re.search(r"Out of bounds values\s*:\s*0 OK", out), out
+
+
+def test_horovod_allreduce_of_cuda_tensors_on_every_gpu(gpus):
     script = (
         "import torch, horovod.torch as hvd; hvd.init(); torch.cuda.set_device(hvd.local_rank());"
         "t = hvd.allreduce(torch.full((4,), float(hvd.rank() + 1), device='cuda'), op=hvd.Sum);"
         "n = hvd.size(); assert torch.equal(t.cpu(), torch.full((4,), n * (n + 1) / 2)), t;"
         "print('CUDA_ALLREDUCE_OK', n)"
     )
-    result = subprocess.run(
-        [
-            "docker",
-            "run",
-            "--rm",
-            "--gpus",
-            "all",
-            "--shm-size=2g",
-            image,
-            "horovodrun",
-            "-np",
-            str(gpus),
-            "-H",
-            f"localhost:{gpus}",
-            "python",
-            "-c",
-            script,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
+    result = docker_run(
+        "horovodrun", "-np", str(gpus), "-H", f"localhost:{gpus}", "python", "-c", script
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "CUDA_ALLREDUCE_OK" in result.stdout
+
+
+def test_example_training_step_on_gpu_with_amp(gpus):
+    result = docker_run(
+        "horovodrun",
+        "-np",
+        str(gpus),
+        "-H",
+        f"localhost:{gpus}",
+        "python",
+        "/opt/byoc/examples/train_synthetic.py",
+        "--epochs",
+        "1",
+        "--amp",
+        "true",
+        "--samples",
+        "4096",
+        "--model-dir",
+        "/tmp/model",
+        "--checkpoint-dir",
+        "/tmp/ckpt",
+    )
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out
+    assert "device cuda" in out and '"epoch": 0' in out, out
+
+
+def test_horovod_and_torch_report_the_same_nccl(gpus):
+    script = (
+        "import torch, horovod.torch as hvd; hvd.init(); v = torch.cuda.nccl.version();"
+        "t = v[0] * 10000 + v[1] * 100 + v[2] if isinstance(v, tuple) else v;"
+        "print('NCCL', t, hvd.nccl_built()); assert t == hvd.nccl_built()"
+    )
+    result = docker_run("python", "-c", script)
+    assert result.returncode == 0, result.stdout + result.stderr

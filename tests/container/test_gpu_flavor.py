@@ -1,0 +1,135 @@
+"""The gpu flavor, checked without a GPU: `make test-gpu-flavor` (marker gpu_flavor).
+
+The image is the gpu flavor built by the unchanged Dockerfile on the nvidia/cuda stand-ins
+(tests/standin/), or on the real bases where they can be pulled: BYOC_GPU_IMAGE names it.
+What needs a GPU (NCCL collectives, CUDA tensors, AMP) is in tests/gpu (make test-gpu).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+
+from tests.container.conftest import Containers, dockerfile_arg
+
+pytestmark = pytest.mark.gpu_flavor
+
+
+@pytest.fixture(scope="module")
+def gpu_image(client):
+    name = os.environ.get("BYOC_GPU_IMAGE", "pytorch-horovod:gpu-standin")
+    try:
+        return client.images.get(name)
+    except Exception:  # noqa: BLE001 - docker.errors.ImageNotFound
+        pytest.fail(f"image {name} not found: `make test-gpu-flavor` builds it on the stand-ins")
+
+
+@pytest.fixture
+def gpu(client, gpu_image):
+    pool = Containers(client, gpu_image)
+    yield pool
+    pool.remove_all()
+
+
+def python(gpu, code: str) -> str:
+    status, out = gpu.run(["python", "-c", code], timeout=180)
+    assert status == 0, out
+    return out
+
+
+def test_check_build_lists_nccl(gpu):
+    status, out = gpu.run(["horovodrun", "--check-build"], timeout=120)
+    assert status == 0, out
+    ops = out.split("Available Tensor Operations:", 1)[1]
+    assert re.search(r"\[X\] NCCL", ops), out
+    assert re.search(r"\[X\] PyTorch", out), out
+
+
+def test_horovod_maps_the_very_nccl_torch_loads(gpu):
+    code = """
+import os, re, torch, horovod.torch as hvd
+import nvidia.nccl, pathlib
+maps = open('/proc/self/maps').read()
+mapped = sorted({os.path.realpath(p) for p in re.findall(r'(/\\S*libnccl\\.so[.\\d]*)', maps)})
+wheel = os.path.realpath(next(pathlib.Path(nvidia.nccl.__path__[0]).glob('lib/libnccl.so.2')))
+print('MAPPED', mapped)
+print('WHEEL', wheel)
+"""
+    out = python(gpu, code)
+    mapped = re.search(r"MAPPED \[(.*)\]", out).group(1)
+    wheel = re.search(r"WHEEL (\S+)", out).group(1)
+    assert mapped == repr(wheel), out  # one NCCL in the process: torch's
+
+
+def test_horovod_library_and_linker_cache_resolve_to_torchs_nccl(gpu):
+    script = r"""
+set -e
+hvd=$(python -c 'import horovod.torch, os; print(os.path.dirname(horovod.torch.__file__))')
+lib=$(ls "$hvd"/mpi_lib_v2*.so)
+resolved=$(ldd "$lib" | awk '/libnccl.so/ {print $3}')
+echo "HOROVOD $(readlink -f "$resolved")"
+echo "CACHE $(readlink -f "$(ldconfig -p | awk '/libnccl.so.2 / {print $NF; exit}')")"
+wheel=$(python -c 'import nvidia.nccl; print(nvidia.nccl.__path__[0])')
+echo "WHEEL $(readlink -f "$wheel/lib/libnccl.so.2")"
+"""
+    status, out = gpu.run(["bash", "-c", script], timeout=120)
+    assert status == 0, out
+    found = dict(line.split(" ", 1) for line in out.strip().splitlines() if " " in line)
+    assert found["HOROVOD"] == found["WHEEL"] == found["CACHE"], out
+
+
+def test_hvd_init_works_without_a_gpu_and_versions_agree(gpu):
+    code = """
+import torch, horovod.torch as hvd
+hvd.init()
+v = torch.cuda.nccl.version()
+print('TORCH_NCCL', v[0] * 10000 + v[1] * 100 + v[2] if isinstance(v, tuple) else v)
+print('HVD_NCCL', hvd.nccl_built())
+print('SIZE', hvd.size(), 'CUDA', torch.cuda.is_available(), torch.version.cuda)
+"""
+    out = python(gpu, code)
+    torch_nccl = int(re.search(r"TORCH_NCCL (\d+)", out).group(1))
+    assert f"HVD_NCCL {torch_nccl}" in out, out
+    assert "SIZE 1 CUDA False" in out, out
+    cuda = re.search(r"CUDA False (\S+)", out).group(1)
+    # The torch wheels' CUDA is the base image's CUDA (major.minor).
+    assert dockerfile_arg("CUDA_VERSION").startswith(cuda + "."), (cuda, out)
+
+
+def test_no_cuda_driver_or_stub_where_the_linker_looks(gpu):
+    script = (
+        "ldconfig -p | grep -E 'libcuda\\.so|libnvidia-ml' || true; "
+        "for d in $(echo \"$LD_LIBRARY_PATH\" | tr : ' ') /usr/lib/x86_64-linux-gnu "
+        "/usr/local/cuda/lib64; "
+        "do ls $d/libcuda.so* 2>/dev/null; done; echo END"
+    )
+    status, out = gpu.run(["bash", "-c", script], timeout=60)
+    assert (status, out.strip()) == (0, "END"), out
+
+
+def test_nccl_tests_exist_link_and_print_usage(gpu):
+    status, note = gpu.run(["bash", "-c", "cat /opt/nccl-tests/NOT-BUILT 2>/dev/null"], timeout=60)
+    if status == 0 and note.strip():
+        pytest.skip(
+            f"{note.strip()} -- the nccl-tests source cannot be fetched here: build with "
+            "NCCL_TESTS_TARBALL=<nccl-tests-VERSION.tar.gz from GitHub> to run this check"
+        )
+    script = r"""
+set -e
+n=0
+for b in /opt/nccl-tests/bin/*_perf; do
+    n=$((n + 1))
+    if ldd "$b" | grep -q 'not found'; then echo "UNRESOLVED $b"; ldd "$b"; fi
+done
+echo "BINARIES $n"
+command -v all_reduce_perf
+all_reduce_perf -h 2>&1 | head -n 5 || true
+"""
+    status, out = gpu.run(["bash", "-c", script], timeout=120)
+    assert status == 0, out
+    assert "UNRESOLVED" not in out, out
+    assert int(re.search(r"BINARIES (\d+)", out).group(1)) >= 10, out
+    assert "/opt/nccl-tests/bin/all_reduce_perf" in out
+    assert re.search(r"USAGE|usage", out), out

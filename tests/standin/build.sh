@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Build the nvidia/cuda stand-ins (tests/standin/Dockerfile) from the local OS base:
+#   pytorch-horovod-standin:devel and :runtime. Then `make build-gpu-standin` builds the gpu
+# flavor on them with the unchanged Dockerfile. CUDA_VERSION follows the Dockerfile's pin.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+DOCKER=${DOCKER:-$(scripts/docker.sh client)}
+LOCAL_BASE=${LOCAL_BASE:-pytorch-horovod-base:bookworm}
+STANDIN=${STANDIN:-pytorch-horovod-standin}
+say() { echo "standin: $*" >&2; }
+cuda=$(sed -n -E 's/^ARG CUDA_VERSION=(.*)$/\1/p' Dockerfile | head -n 1)
+"$DOCKER" image inspect "$LOCAL_BASE" >/dev/null 2>&1 || DOCKER=$DOCKER scripts/local-base.sh "$LOCAL_BASE"
+args=(--build-arg "BASE_IMAGE=$LOCAL_BASE" --build-arg "CUDA_VERSION=$cuda"
+      --build-arg "CUDA_WHEELS=cuda-toolkit[nvcc,cccl,cudart,crt,nvvm]==$cuda")
+for ca in "${PIP_CERT:-}" "${SSL_CERT_FILE:-}" "${REQUESTS_CA_BUNDLE:-}"; do
+    if [ -n "$ca" ] && [ -s "$ca" ]; then args+=(--secret "id=ca,src=$ca"); break; fi
+done
+start=$SECONDS
+for target in runtime devel; do
+    say "building $STANDIN:$target (CUDA $cuda wheels on $LOCAL_BASE)"
+    DOCKER_BUILDKIT=1 "$DOCKER" build --progress=plain "${args[@]}" --target "$target" \
+        -t "$STANDIN:$target" tests/standin
+done
+say "built $STANDIN:runtime and :devel in $((SECONDS - start)) s"
