@@ -116,8 +116,10 @@ up() {
     fi
     "$DOCKER" image inspect "$BYOC_IMAGE" >/dev/null 2>&1 \
         || fail "image $BYOC_IMAGE not found: build it (make build, or make build FLAVOR=cpu TAG=cpu and pass TAG=cpu)"
-    if [ "$(running_nodes)" -gt 0 ]; then
-        fail "cluster '$PROJECT' is already up ($(running_nodes) containers): run 'make cluster-down' first, or pick another CLUSTER_PROJECT"
+    local existing
+    existing=$(running_nodes)
+    if [ "$existing" -gt 0 ]; then
+        fail "cluster '$PROJECT' is already up ($existing containers): run 'make cluster-down' first, or pick another CLUSTER_PROJECT"
     fi
     mkdir -p "$STATE" "$CLUSTER_WORKSPACE"
     chmod 700 "$STATE"

@@ -452,9 +452,7 @@ def start(cfg: DevConfig, env: dict[str, str], services: Services) -> list[str]:
             config = runtime / "sshd_config"
             _write(config, sshd_config_text(cfg, host_keys, authorized, env), 0o600)
             _write(Path(C.PROFILE_SNIPPET), profile_text(env), 0o644)
-            Path("/run/sshd").mkdir(parents=True, exist_ok=True, mode=0o755)
-            ssh._run(["/usr/sbin/sshd", "-t", "-f", str(config)])
-            services.start("sshd", ["/usr/sbin/sshd", "-D", "-e", "-f", str(config)])
+            services.procs["sshd"] = ssh.start_sshd(config)  # checks the config with sshd -t
             fingerprint = ssh._run(["ssh-keygen", "-l", "-f", str(host_keys[0]) + ".pub"]).split()
             _say(
                 f"sshd on port {cfg.ssh_port}: {len(keys)} authorized key(s), login as {cfg.user}; "

@@ -116,12 +116,11 @@ def parse_channel(text: str) -> dict:
     return spec
 
 
-def pack_source(source_dir: Path, entry_point: str) -> bytes:
-    """sourcedir.tar.gz as the SDK makes it: the directory's files at the archive's root."""
-    if not source_dir.is_dir():
-        raise ToolError(f"--source-dir {source_dir} is not a directory")
-    if not (source_dir / entry_point).is_file():
-        raise ToolError(f"--entry-point {entry_point} is not a file in {source_dir}")
+def pack_source(source_dir: Path) -> bytes:
+    """sourcedir.tar.gz as the SDK makes it: the directory's files at the archive's root.
+
+    validate() has checked that source_dir holds the entry point.
+    """
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         for path in sorted(source_dir.rglob("*")):
@@ -385,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
         raise ToolError(f"job name {job_name!r} is not valid: shorten --base-job-name")
     job_key = None if args.instance_count == 1 or args.no_job_key else new_job_key()
     request = build_request(args, region, account, job_name, job_key)
-    payload = pack_source(args.source_dir, args.entry_point) if args.source_dir else None
+    payload = pack_source(args.source_dir) if args.source_dir else None
     if args.dry_run:
         print(json.dumps(redacted(request), indent=2))
         if payload is not None:

@@ -27,7 +27,7 @@ def framed(records, kind="recordio", part_size=framing.MAX_PART) -> bytes:
 
 
 def read_all(data: bytes, kind: str) -> list[bytes]:
-    return list(framing.reader(kind)(io.BytesIO(data), "test"))
+    return list(framing.read(io.BytesIO(data), kind, "test"))
 
 
 def make_root(tmp_path: Path, channels: dict | None = None, host="algo-1") -> Path:

@@ -41,7 +41,7 @@ from byoc import config
 from byoc import constants as C
 from byoc.data import fanout
 from byoc.data import framing as fr
-from byoc.data.pipe import ChannelError, pipe_records, read_stream
+from byoc.data.pipe import ChannelError, pipe_records
 
 try:  # The image has torch; the module also works (and is tested) without it.
     from torch.utils.data import IterableDataset as _Base
@@ -271,7 +271,7 @@ class ChannelDataset(_Base):  # type: ignore[misc,valid-type]
 
     # --- reading -----------------------------------------------------------------------------
     def _read(self, stream, where: str) -> Iterator[bytes]:
-        return read_stream(stream, self.framing, where, self.check_crc)
+        return fr.read(stream, self.framing, where, self.check_crc)
 
     def _file_records(self, directory: Path, where: str, index: int, count: int) -> Iterator[bytes]:
         if not directory.is_dir():

@@ -79,12 +79,15 @@ class _Reader:
         self.where = where
         self.offset = 0
 
-    def read(self, n: int, record_start: int, what: str) -> bytes:
+    def read(self, n: int, record_start: int, what: str, eof_ok: bool = False) -> bytes | None:
+        """n bytes; with eof_ok, None when the stream ends before the first of them."""
         chunks = []
         need = n
         while need:
             chunk = self.stream.read(need)
             if not chunk:
+                if eof_ok and need == n:
+                    return None
                 got = n - need
                 raise RecordError(
                     self.where,
@@ -97,36 +100,13 @@ class _Reader:
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-def _read_exact_or_eof(r: _Reader, n: int) -> bytes | None:
-    """n bytes, or None at a clean end of stream (no byte of a new record)."""
-    first = r.stream.read(n)
-    if not first:
-        return None
-    if len(first) < n:
-        rest = r.stream.read(n - len(first))
-        while rest and len(first) + len(rest) < n:
-            more = r.stream.read(n - len(first) - len(rest))
-            if not more:
-                break
-            rest += more
-        first += rest
-        if len(first) < n:
-            raise RecordError(
-                r.where,
-                r.offset,
-                f"truncated record: header needs {n} bytes, the stream ended after {len(first)}",
-            )
-    r.offset += n
-    return first
-
-
 def read_recordio(stream: BinaryIO, where: str = "stream") -> Iterator[bytes]:
     r = _Reader(stream, where)
     parts: list[bytes] = []
     part_start = 0
     while True:
         start = r.offset
-        header = _read_exact_or_eof(r, 8)
+        header = r.read(8, start, "header", eof_ok=True)
         if header is None:
             if parts:
                 raise RecordError(
@@ -168,7 +148,7 @@ def read_tfrecord(
     r = _Reader(stream, where)
     while True:
         start = r.offset
-        header = _read_exact_or_eof(r, 12)
+        header = r.read(12, start, "header", eof_ok=True)
         if header is None:
             return
         (length,) = struct.unpack("<Q", header[:8])
@@ -190,11 +170,17 @@ def read_text(stream: BinaryIO, where: str = "stream") -> Iterator[bytes]:
             yield line
 
 
-def reader(framing: str):
-    try:
-        return {"recordio": read_recordio, "tfrecord": read_tfrecord, "text": read_text}[framing]
-    except KeyError:
-        raise ValueError(f"framing {framing!r}: use one of {', '.join(FRAMINGS)}") from None
+def read(
+    stream: BinaryIO, framing: str, where: str = "stream", check_crc: bool = True
+) -> Iterator[bytes]:
+    """The records of stream in that framing (check_crc: TFRecord only)."""
+    if framing == "tfrecord":
+        return read_tfrecord(stream, where, check_crc=check_crc)
+    if framing == "recordio":
+        return read_recordio(stream, where)
+    if framing == "text":
+        return read_text(stream, where)
+    raise ValueError(f"framing {framing!r}: use one of {', '.join(FRAMINGS)}")
 
 
 # --- writing -------------------------------------------------------------------------------

@@ -44,12 +44,6 @@ def open_fifo(path: Path, timeout: float, where: str):
         raise
 
 
-def read_stream(stream, framing: str, where: str, check_crc: bool = True) -> Iterator[bytes]:
-    if framing == "tfrecord":
-        return fr.read_tfrecord(stream, where, check_crc=check_crc)
-    return fr.reader(framing)(stream, where)
-
-
 def pipe_records(
     fifo: Path,
     framing: str,
@@ -61,6 +55,6 @@ def pipe_records(
 ) -> Iterator[bytes]:
     """The epoch's records; with host_count > 1 only this host's every host_count-th one."""
     with open_fifo(fifo, timeout, where) as stream:
-        for i, record in enumerate(read_stream(stream, framing, where, check_crc)):
+        for i, record in enumerate(fr.read(stream, framing, where, check_crc)):
             if i % host_count == host_rank:
                 yield record

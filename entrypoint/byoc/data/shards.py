@@ -58,31 +58,32 @@ def write_shards(
     f = None
     tmp = path = None
     count = size = 0
+
+    def finish() -> None:
+        """Close the shard being written and give it its name."""
+        nonlocal f
+        f.close()
+        f = None
+        tmp.replace(path)
+        written.append(path)
+        if progress:
+            progress(path, count, size)
+
     try:
         for record in records:
             if f is None:
                 path = out / shard_name(prefix, len(written), framing)
                 tmp = path.with_name(path.name + ".partial")
-                f = open(tmp, "wb")  # noqa: SIM115 - closed below, across records
+                f = open(tmp, "wb")  # noqa: SIM115 - closed by finish(), across records
                 count = size = 0
             data = frame(bytes(record))
             f.write(data)
             count += 1
             size += len(data)
             if count == records_per_shard:
-                f.close()
-                f = None
-                tmp.replace(path)
-                written.append(path)
-                if progress:
-                    progress(path, count, size)
+                finish()
         if f is not None:
-            f.close()
-            f = None
-            tmp.replace(path)
-            written.append(path)
-            if progress:
-                progress(path, count, size)
+            finish()
     finally:
         if f is not None:  # an error in mid-shard: no torn shard is left behind
             f.close()
@@ -97,10 +98,7 @@ def write_shards(
 def _lines(paths: list[Path]) -> Iterator[bytes]:
     for p in paths:
         with open(p, "rb") as f:
-            for raw in f:
-                line = raw.rstrip(b"\r\n")
-                if line:
-                    yield line
+            yield from fr.read_text(f, str(p))
 
 
 def _files(paths: list[Path]) -> Iterator[bytes]:
@@ -120,11 +118,7 @@ def verify(directory: Path, framing: str, check_crc: bool = True) -> tuple[int, 
     records = 0
     for p in files:
         with open(p, "rb") as f:
-            if framing == "tfrecord":
-                it = fr.read_tfrecord(f, str(p), check_crc=check_crc)
-            else:
-                it = fr.reader(framing)(f, str(p))
-            for _ in it:
+            for _ in fr.read(f, framing, str(p), check_crc):
                 records += 1
     return len(files), records
 
