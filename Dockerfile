@@ -12,7 +12,7 @@
 
 ARG CUDA_VERSION=13.0.2
 ARG BASE_OS=ubuntu24.04
-ARG BUILDER_IMAGE=nvidia/cuda:${CUDA_VERSION}-devel-${BASE_OS}
+ARG BUILDER_IMAGE=nvidia/cuda:${CUDA_VERSION}-cudnn-devel-${BASE_OS}
 ARG RUNTIME_IMAGE=nvidia/cuda:${CUDA_VERSION}-runtime-${BASE_OS}
 
 # ---------------------------------------------------------------------------------------------
@@ -106,20 +106,19 @@ RUN --mount=type=cache,target=/root/.cache/pip \
  && /usr/local/lib/byoc-build/build-smdebug.sh /wheels \
  && pip wheel --wheel-dir /wheels -r /tmp/requirements.txt
 
-# nccl-tests (MPI on) against torch's NCCL, pinned by commit: docker/build/build-nccl-tests.sh.
-# NCCL_TESTS=auto builds it when the source can be had (GitHub, or .wheelhouse/ for offline
-# builds: NCCL_TESTS_TARBALL=... make build); on: fail without it; off: leave it out.
+# nccl-tests (MPI on) against torch's NCCL, from the release tarball verified by sha256
+# (docker/build/build-nccl-tests.sh; offline builds: NCCL_TESTS_TARBALL=... make build).
+# NCCL_TESTS=auto builds it when the source can be had; on: fail without it; off: leave it out.
 FROM builder AS nccl-tests
 ARG NCCL_TESTS_VERSION=2.19.6
-ARG NCCL_TESTS_COMMIT=a0b82b2260cf5152b9f8c061bbf7eaf0ba096432
+ARG NCCL_TESTS_URL=https://github.com/NVIDIA/nccl-tests/archive/refs/tags/v${NCCL_TESTS_VERSION}.tar.gz
+ARG NCCL_TESTS_SHA256=adbd3d27ba6c00bd7b7cf98cc8811c6ad860427ecd5de59527466b21472c0d93
 ARG NCCL_TESTS=auto
-ARG NCCL_TESTS_SHA256=
 ARG CUDA_ARCHS=80,86,89,90,100,120
-COPY docker/build/build-nccl-tests.sh docker/build/tar_commit.py /usr/local/lib/byoc-build/
+COPY docker/build/build-nccl-tests.sh docker/build/fetch_verified.py /usr/local/lib/byoc-build/
 RUN --mount=type=secret,id=ca \
-    --mount=type=bind,source=.wheelhouse,target=/wheelhouse \
-    . /usr/local/lib/byoc-build/pip-env.sh \
- && /usr/local/lib/byoc-build/build-nccl-tests.sh /opt/nccl-tests
+    --mount=type=bind,source=.sources,target=/sources \
+    /usr/local/lib/byoc-build/build-nccl-tests.sh /opt/nccl-tests
 
 # Our own package, in a stage of its own so an edit rebuilds seconds, not Horovod.
 FROM builder AS entrypoint-wheel

@@ -128,6 +128,6 @@ push: $(DEV_STAMP) engine ## Push $(IMAGE):$(TAG) to ECR repository $(ECR_REPOSI
 launch: $(DEV_STAMP) ## Create a SageMaker training job: make launch ARGS="--image-uri URI --role ARN --instance-type ml.g5.12xlarge ..."
 	PYTHONPATH=scripts $(PY) -m byoc_aws.launch $(ARGS)
 
-clean: ## Remove the dev venv and the build-context wheelhouse
+clean: ## Remove the dev venv and the build-context wheelhouse and sources
 	rm -rf $(VENV)
-	find .wheelhouse -mindepth 1 ! -name README.md -delete
+	find .wheelhouse .sources -mindepth 1 ! -name README.md -delete

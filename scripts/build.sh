@@ -45,7 +45,7 @@ case "$FLAVOR" in
     gpu)
         cuda=$(dockerfile_arg CUDA_VERSION)
         os=$(dockerfile_arg BASE_OS)
-        builder=${BUILDER_IMAGE:-nvidia/cuda:${cuda}-devel-${os}}
+        builder=${BUILDER_IMAGE:-nvidia/cuda:${cuda}-cudnn-devel-${os}}
         runtime=${RUNTIME_IMAGE:-nvidia/cuda:${cuda}-runtime-${os}}
         for b in "$builder" "$runtime"; do
             have_image "$b" || fail "$b cannot be pulled. On a host without registry access, load the nvidia/cuda images (docker load) or pass BUILDER_IMAGE=<CUDA devel image> RUNTIME_IMAGE=<matching runtime image>; or build FLAVOR=cpu"
@@ -67,19 +67,25 @@ for ca in "${PIP_CERT:-}" "${SSL_CERT_FILE:-}" "${REQUESTS_CA_BUNDLE:-}"; do
     fi
 done
 
-# .wheelhouse/ in the build context: what WHEELHOUSE holds (hard links where possible), or
-# nothing, so a stale wheelhouse never steers a build silently.
-find .wheelhouse -mindepth 1 ! -name README.md -delete
+# .wheelhouse/ and .sources/ in the build context: what WHEELHOUSE (hard links where possible)
+# and NCCL_TESTS_TARBALL give, or nothing, so nothing stale steers a build silently.
+find .wheelhouse .sources -mindepth 1 ! -name README.md -delete
 if [ -n "${WHEELHOUSE:-}" ]; then
     [ -d "$WHEELHOUSE" ] || fail "WHEELHOUSE=$WHEELHOUSE is not a directory"
     cp -rl "$WHEELHOUSE"/. .wheelhouse/ 2>/dev/null || cp -r "$WHEELHOUSE"/. .wheelhouse/
     say "wheelhouse: $WHEELHOUSE ($(find .wheelhouse -name '*.whl' | wc -l) wheels), PyPI after it"
 fi
 
-# nccl-tests source for offline builds: checked against NCCL_TESTS_COMMIT in the build.
+# nccl-tests source for offline builds. The build verifies it by sha256; checked here too so a
+# wrong file fails now, not after the Horovod compile (unless BUILD_ARGS pins another sum).
 if [ -n "${NCCL_TESTS_TARBALL:-}" ]; then
     [ -f "$NCCL_TESTS_TARBALL" ] || fail "NCCL_TESTS_TARBALL=$NCCL_TESTS_TARBALL is not a file"
-    cp "$NCCL_TESTS_TARBALL" ".wheelhouse/nccl-tests-$(dockerfile_arg NCCL_TESTS_VERSION).tar.gz"
+    pinned=$(dockerfile_arg NCCL_TESTS_SHA256)
+    sum=$(sha256sum "$NCCL_TESTS_TARBALL" | cut -d' ' -f1)
+    if [[ "${BUILD_ARGS:-}" != *NCCL_TESTS_SHA256=* ]] && [ "$sum" != "$pinned" ]; then
+        fail "NCCL_TESTS_TARBALL=$NCCL_TESTS_TARBALL has sha256 $sum, not the pinned $pinned (nccl-tests $(dockerfile_arg NCCL_TESTS_VERSION)); for another release pass BUILD_ARGS='--build-arg NCCL_TESTS_VERSION=... --build-arg NCCL_TESTS_SHA256=...'"
+    fi
+    cp "$NCCL_TESTS_TARBALL" .sources/nccl-tests.tar.gz
     say "nccl-tests from $NCCL_TESTS_TARBALL"
 fi
 [ -n "${NCCL_TESTS:-}" ] && args+=(--build-arg "NCCL_TESTS=$NCCL_TESTS")

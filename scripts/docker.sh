@@ -38,18 +38,21 @@ engine_up() { "$1" info >/dev/null 2>&1; }
 
 engine() {
     local c
-    c=$(client) || exit 1
-    engine_up "$c" && return 0
+    if c=$(client 2>/dev/null) && engine_up "$c"; then return 0; fi
     if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+        c=$(client) || exit 1
         say "no Docker engine answers. Start one (e.g. 'sudo systemctl start docker', or Docker Desktop), or run as root on Debian/Ubuntu and this script starts one."
         exit 1
     fi
-    if ! command -v dockerd >/dev/null 2>&1 && [ ! -x /usr/sbin/dockerd ]; then
+    # docker.io brings both an engine and a client with BuildKit built in (Docker 20.10): needed
+    # when either is missing (a newer client without buildx cannot build this Dockerfile).
+    if ! client >/dev/null 2>&1 || { ! command -v dockerd >/dev/null 2>&1 && [ ! -x /usr/sbin/dockerd ]; }; then
         say "installing docker.io from the distribution"
         apt-get update -qq
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker.io >/dev/null
-        c=$(client) || exit 1
     fi
+    c=$(client) || exit 1
+    engine_up "$c" && return 0
     local dockerd
     dockerd=$(command -v dockerd || echo /usr/sbin/dockerd)
     say "starting $dockerd (log: $DOCKERD_LOG)"

@@ -85,8 +85,11 @@ SM_LOG_LEVEL = "SM_LOG_LEVEL"
 SM_FRAMEWORK_MODULE = "SM_FRAMEWORK_MODULE"
 SM_CHECKPOINT_DIR = "SM_CHECKPOINT_DIR"  # ours: SageMaker has none, scripts often want one
 
-# Prefixes of variables horovodrun forwards to every rank besides SM_*.
-FORWARDED_PREFIXES = ("SM_", "NCCL_", "HOROVOD_", "BYOC_", "SAGEMAKER_", "TRAINING_JOB_", "AWS_")
+# --- CUDA forward compatibility (byoc.cuda_compat; README.md, "The gpu flavor") ---------------
+CUDA_COMPAT_ENV = "BYOC_CUDA_COMPAT"  # auto (default), on, off
+CUDA_COMPAT_MODES = ("auto", "on", "off")
+CUDA_COMPAT_DIR = "/usr/local/cuda/compat"  # cuda-compat in the nvidia/cuda bases
+NVIDIA_DRIVER_VERSION_FILE = "/proc/driver/nvidia/version"  # the host's kernel module
 
 # --- development mode: `docker run IMAGE` with no command (README.md, "Development container") -
 DEV_COMMAND = "dev"  # the image's CMD

@@ -6,10 +6,11 @@ docker run IMAGE <command ...>   -> that command, run as is
 
 from __future__ import annotations
 
+import os
 import sys
 
 from byoc import constants as C
-from byoc import supervisor
+from byoc import cuda_compat, supervisor
 
 
 def command_for(argv: list[str]) -> list[str]:
@@ -24,6 +25,14 @@ def command_for(argv: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    try:
+        # Before anything starts: the command, and all it starts, inherit the environment.
+        why = cuda_compat.decide(os.environ)
+    except cuda_compat.CompatError as e:
+        print(f"byoc-init: {e}", file=sys.stderr)
+        return 2
+    if why:
+        print(f"byoc-init: {why}", file=sys.stderr)
     return supervisor.run(command_for(args))
 
 

@@ -113,23 +113,35 @@ def test_nccl_tests_exist_link_and_print_usage(gpu):
     status, note = gpu.run(["bash", "-c", "cat /opt/nccl-tests/NOT-BUILT 2>/dev/null"], timeout=60)
     if status == 0 and note.strip():
         pytest.skip(
-            f"{note.strip()} -- the nccl-tests source cannot be fetched here: build with "
-            "NCCL_TESTS_TARBALL=<nccl-tests-VERSION.tar.gz from GitHub> to run this check"
+            f"{note.strip()} -- the image was built without the nccl-tests source (GitHub cannot "
+            "be reached here): build it with NCCL_TESTS_TARBALL=<nccl-tests-VERSION.tar.gz, "
+            "GitHub's release tarball> NCCL_TESTS=on to run this check"
         )
     script = r"""
 set -e
+cat /opt/nccl-tests/SOURCE
 n=0
 for b in /opt/nccl-tests/bin/*_perf; do
     n=$((n + 1))
     if ldd "$b" | grep -q 'not found'; then echo "UNRESOLVED $b"; ldd "$b"; fi
 done
 echo "BINARIES $n"
+libs=$(ldd /opt/nccl-tests/bin/all_reduce_perf)
+echo "NCCL $(readlink -f "$(awk '/libnccl.so/ {print $3}' <<<"$libs")")"
+echo "MPI $(awk '/libmpi.so/ {print $1}' <<<"$libs")"
+wheel=$(python -c 'import nvidia.nccl; print(nvidia.nccl.__path__[0])')
+echo "WHEEL $(readlink -f "$wheel/lib/libnccl.so.2")"
 command -v all_reduce_perf
 all_reduce_perf -h 2>&1 | head -n 5 || true
 """
     status, out = gpu.run(["bash", "-c", script], timeout=120)
     assert status == 0, out
+    version, sha = dockerfile_arg("NCCL_TESTS_VERSION"), dockerfile_arg("NCCL_TESTS_SHA256")
+    assert f"nccl-tests {version} sha256:{sha} " in out, out  # built from the pinned tarball
     assert "UNRESOLVED" not in out, out
     assert int(re.search(r"BINARIES (\d+)", out).group(1)) >= 10, out
+    found = dict(line.split(" ", 1) for line in out.splitlines() if line[:5] in ("NCCL ", "WHEEL"))
+    assert found["NCCL"] == found["WHEEL"], out  # the same NCCL as torch and Horovod
+    assert re.search(r"^MPI libmpi\.so", out, re.M), out  # built with MPI=1
     assert "/opt/nccl-tests/bin/all_reduce_perf" in out
     assert re.search(r"USAGE|usage", out), out
