@@ -165,7 +165,7 @@ RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
 ARG HOROVOD_GPU_OPERATIONS=NCCL
 RUN --mount=type=bind,source=docker/build/nccl-home.sh,target=/tmp/nccl-home.sh \
     if [ "${HOROVOD_GPU_OPERATIONS}" = NCCL ]; then \
-        home=$(/tmp/nccl-home.sh "$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')") \
+        home=$(/tmp/nccl-home.sh) \
      && echo "${home}/lib" > /etc/ld.so.conf.d/000-byoc-nccl.conf \
      && ldconfig; \
     fi

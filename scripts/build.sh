@@ -59,13 +59,11 @@ esac
 [ -n "${TORCH_INDEX_URL:-}" ] && args+=(--build-arg "TORCH_INDEX_URL=$TORCH_INDEX_URL")
 
 # The host's CA bundle (a TLS-intercepting proxy) as a BuildKit secret: never in a layer.
-for ca in "${PIP_CERT:-}" "${SSL_CERT_FILE:-}" "${REQUESTS_CA_BUNDLE:-}"; do
-    if [ -n "$ca" ] && [ -s "$ca" ]; then
-        args+=(--secret "id=ca,src=$ca")
-        say "passing the CA bundle $ca as a build secret"
-        break
-    fi
-done
+ca=$(scripts/docker.sh ca)
+if [ -n "$ca" ]; then
+    args+=(--secret "id=ca,src=$ca")
+    say "passing the CA bundle $ca as a build secret"
+fi
 
 # .wheelhouse/ and .sources/ in the build context: what WHEELHOUSE (hard links where possible)
 # and NCCL_TESTS_TARBALL give, or nothing, so nothing stale steers a build silently.
@@ -76,16 +74,18 @@ if [ -n "${WHEELHOUSE:-}" ]; then
     say "wheelhouse: $WHEELHOUSE ($(find .wheelhouse -name '*.whl' | wc -l) wheels), PyPI after it"
 fi
 
-# nccl-tests source for offline builds. The build verifies it by sha256; checked here too so a
-# wrong file fails now, not after the Horovod compile (unless BUILD_ARGS pins another sum).
+# nccl-tests source for offline builds. The build verifies it by sha256; the same check runs here
+# so a wrong file fails now, not after the Horovod compile (unless BUILD_ARGS pins another sum).
 if [ -n "${NCCL_TESTS_TARBALL:-}" ]; then
-    [ -f "$NCCL_TESTS_TARBALL" ] || fail "NCCL_TESTS_TARBALL=$NCCL_TESTS_TARBALL is not a file"
-    pinned=$(dockerfile_arg NCCL_TESTS_SHA256)
-    sum=$(sha256sum "$NCCL_TESTS_TARBALL" | cut -d' ' -f1)
-    if [[ "${BUILD_ARGS:-}" != *NCCL_TESTS_SHA256=* ]] && [ "$sum" != "$pinned" ]; then
-        fail "NCCL_TESTS_TARBALL=$NCCL_TESTS_TARBALL has sha256 $sum, not the pinned $pinned (nccl-tests $(dockerfile_arg NCCL_TESTS_VERSION)); for another release pass BUILD_ARGS='--build-arg NCCL_TESTS_VERSION=... --build-arg NCCL_TESTS_SHA256=...'"
+    if [[ "${BUILD_ARGS:-}" == *NCCL_TESTS_SHA256=* ]]; then
+        [ -f "$NCCL_TESTS_TARBALL" ] || fail "NCCL_TESTS_TARBALL=$NCCL_TESTS_TARBALL is not a file"
+        cp "$NCCL_TESTS_TARBALL" .sources/nccl-tests.tar.gz
+    else
+        python3 docker/build/fetch_verified.py --local "$NCCL_TESTS_TARBALL" \
+            "$(dockerfile_arg NCCL_TESTS_URL)" "$(dockerfile_arg NCCL_TESTS_SHA256)" \
+            .sources/nccl-tests.tar.gz \
+            || fail "NCCL_TESTS_TARBALL=$NCCL_TESTS_TARBALL is not nccl-tests $(dockerfile_arg NCCL_TESTS_VERSION) (above); for another release pass BUILD_ARGS='--build-arg NCCL_TESTS_VERSION=... --build-arg NCCL_TESTS_SHA256=...'"
     fi
-    cp "$NCCL_TESTS_TARBALL" .sources/nccl-tests.tar.gz
     say "nccl-tests from $NCCL_TESTS_TARBALL"
 fi
 [ -n "${NCCL_TESTS:-}" ] && args+=(--build-arg "NCCL_TESTS=$NCCL_TESTS")

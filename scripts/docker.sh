@@ -4,6 +4,8 @@
 #   docker.sh engine   make sure an engine answers; as root on Debian/Ubuntu, install docker.io
 #                      and start dockerd when none runs (its pid goes to $DOCKERD_PIDFILE)
 #   docker.sh test-deps  docker-registry and docker compose for the container tests
+#   docker.sh ca       print the host's CA bundle for builds (PIP_CERT, SSL_CERT_FILE or
+#                      REQUESTS_CA_BUNDLE, the first non-empty file), or nothing
 set -euo pipefail
 
 DOCKERD_PIDFILE=${DOCKERD_PIDFILE:-/tmp/pytorch-horovod-dockerd.pid}
@@ -38,21 +40,22 @@ engine_up() { "$1" info >/dev/null 2>&1; }
 
 engine() {
     local c
-    if c=$(client 2>/dev/null) && engine_up "$c"; then return 0; fi
+    c=$(client 2>/dev/null) || c=""
+    if [ -n "$c" ] && engine_up "$c"; then return 0; fi
     if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
-        c=$(client) || exit 1
+        [ -n "$c" ] || { client >/dev/null; exit 1; }  # says what client is missing
         say "no Docker engine answers. Start one (e.g. 'sudo systemctl start docker', or Docker Desktop), or run as root on Debian/Ubuntu and this script starts one."
         exit 1
     fi
     # docker.io brings both an engine and a client with BuildKit built in (Docker 20.10): needed
     # when either is missing (a newer client without buildx cannot build this Dockerfile).
-    if ! client >/dev/null 2>&1 || { ! command -v dockerd >/dev/null 2>&1 && [ ! -x /usr/sbin/dockerd ]; }; then
+    if [ -z "$c" ] || { ! command -v dockerd >/dev/null 2>&1 && [ ! -x /usr/sbin/dockerd ]; }; then
         say "installing docker.io from the distribution"
         apt-get update -qq
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker.io >/dev/null
+        c=$(client) || exit 1
+        engine_up "$c" && return 0
     fi
-    c=$(client) || exit 1
-    engine_up "$c" && return 0
     local dockerd
     dockerd=$(command -v dockerd || echo /usr/sbin/dockerd)
     say "starting $dockerd (log: $DOCKERD_LOG)"
@@ -107,10 +110,18 @@ test_deps() {
     [ "$rc" = 0 ] || { say "apt-get install ${missing[*]} failed ($rc)"; exit 1; }
 }
 
+ca_bundle() {
+    local ca
+    for ca in "${PIP_CERT:-}" "${SSL_CERT_FILE:-}" "${REQUESTS_CA_BUNDLE:-}"; do
+        if [ -n "$ca" ] && [ -s "$ca" ]; then echo "$ca"; return 0; fi
+    done
+}
+
 case "${1:-}" in
+    ca) ca_bundle ;;
     client) client ;;
     engine) engine ;;
     stop) stop ;;
     test-deps) test_deps ;;
-    *) echo "usage: $0 client|engine|stop|test-deps" >&2; exit 2 ;;
+    *) echo "usage: $0 client|engine|stop|test-deps|ca" >&2; exit 2 ;;
 esac

@@ -43,7 +43,7 @@ tar -xzf "$work/src.tar.gz" -C "$work/src" --strip-components=1
 gencode=""
 IFS=, read -ra archs <<<"$CUDA_ARCHS"
 for a in "${archs[@]}"; do gencode+=" -gencode=arch=compute_$a,code=sm_$a"; done
-nccl_home=$("$here/nccl-home.sh" "$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')")
+nccl_home=$("$here/nccl-home.sh")
 start=$SECONDS
 make -C "$work/src" -j"$(nproc)" MPI=1 MPI_HOME=/usr/lib/x86_64-linux-gnu/openmpi \
     CUDA_HOME=/usr/local/cuda NCCL_HOME="$nccl_home" NVCC_GENCODE="$gencode"

@@ -80,7 +80,7 @@ def fetch(url: str, expected: str, out: Path, local: Path | None, timeout: float
                     say("error: no such file: check the version and URL pins")
                     return 1
                 return UNREACHABLE
-            except (urllib.error.URLError, OSError, TimeoutError) as e:
+            except OSError as e:  # URLError, timeouts, resets
                 say(f"cannot download {url}: {getattr(e, 'reason', e)}")
                 return UNREACHABLE
             source = url

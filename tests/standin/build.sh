@@ -12,9 +12,8 @@ cuda=$(sed -n -E 's/^ARG CUDA_VERSION=(.*)$/\1/p' Dockerfile | head -n 1)
 "$DOCKER" image inspect "$LOCAL_BASE" >/dev/null 2>&1 || DOCKER=$DOCKER scripts/local-base.sh "$LOCAL_BASE"
 args=(--build-arg "BASE_IMAGE=$LOCAL_BASE" --build-arg "CUDA_VERSION=$cuda"
       --build-arg "CUDA_WHEELS=cuda-toolkit[nvcc,cccl,cudart,crt,nvvm]==$cuda")
-for ca in "${PIP_CERT:-}" "${SSL_CERT_FILE:-}" "${REQUESTS_CA_BUNDLE:-}"; do
-    if [ -n "$ca" ] && [ -s "$ca" ]; then args+=(--secret "id=ca,src=$ca"); break; fi
-done
+ca=$(scripts/docker.sh ca)
+[ -n "$ca" ] && args+=(--secret "id=ca,src=$ca")
 start=$SECONDS
 for target in runtime devel; do
     say "building $STANDIN:$target (CUDA $cuda wheels on $LOCAL_BASE)"
