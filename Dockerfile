@@ -104,7 +104,8 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=bind,source=.wheelhouse,target=/wheelhouse \
     . /usr/local/lib/byoc-build/pip-env.sh \
  && /usr/local/lib/byoc-build/build-smdebug.sh /wheels \
- && pip wheel --wheel-dir /wheels -r /tmp/requirements.txt
+ # mpi4py from source, against this image's Open MPI (PyPI's wheels bring an MPI of their own).
+ && pip wheel --no-binary mpi4py --wheel-dir /wheels -r /tmp/requirements.txt
 
 # nccl-tests (MPI on) against torch's NCCL, from the release tarball verified by sha256
 # (docker/build/build-nccl-tests.sh; offline builds: NCCL_TESTS_TARBALL=... make build).
@@ -173,9 +174,14 @@ COPY --from=nccl-tests /opt/nccl-tests/ /opt/nccl-tests/
 ENV PATH=${PATH}:/opt/nccl-tests/bin
 COPY docker/openmpi-mca-params.conf /etc/openmpi/openmpi-mca-params.conf
 COPY docker/examples/ /opt/byoc/examples/
+# Read by every non-interactive bash: puts byoc-init back when a platform replaces the
+# ENTRYPOINT with `bash -c ...` (SageMaker SDK v3); see the file.
+COPY docker/bash-env.sh /opt/byoc/bash-env.sh
+ENV BASH_ENV=/opt/byoc/bash-env.sh
 RUN --mount=type=bind,from=entrypoint-wheel,source=/wheels-own,target=/wheels-own \
     pip install --no-cache-dir --no-index --no-deps /wheels-own/*.whl \
- && mkdir -p /opt/ml /workspace
+ # /run/sshd: a bare `/usr/sbin/sshd -D` (SageMaker SDK v3's MPI driver) needs it.
+ && mkdir -p /opt/ml /workspace /run/sshd
 
 ARG VERSION=dev
 ARG VCS_REF=unknown

@@ -19,6 +19,7 @@ DEV_STAMP := $(VENV)/.installed
 
 HOSTS ?= 2
 SLOTS ?= 2
+LAUNCHER ?= horovod
 LOCAL_TRAIN_ARGS ?= --hp epochs=3
 NODES ?= 2
 export NODES
@@ -34,7 +35,7 @@ DEV_KEYS ?= $(firstword $(wildcard $(HOME)/.ssh/id_ed25519.pub $(HOME)/.ssh/id_e
 
 .PHONY: local-train help build local-base lint test test-unit test-container test-gpu shell dev engine clean \
 	cluster-up cluster-down cluster-shell push launch test-deps standin build-gpu-standin \
-	test-gpu-flavor nccl-test
+	test-gpu-flavor nccl-test smoke
 
 help: ## Show this help
 	@echo "Usage: make TARGET [FLAVOR=cpu|gpu] [IMAGE=...] [TAG=...] [DOCKER=...]"
@@ -44,9 +45,10 @@ help: ## Show this help
 	@echo "Variables: FLAVOR=$(FLAVOR) IMAGE=$(IMAGE) TAG=$(TAG) DOCKER=$(DOCKER)"
 	@echo "Build inputs (see README): BASE_IMAGE, BUILDER_IMAGE, RUNTIME_IMAGE, WHEELHOUSE, TORCH_INDEX_URL, CUDA_ARCHS, BUILD_ARGS"
 
-local-train: engine ## The main job: SageMaker's `train` on HOSTS containers (SLOTS each) of $(IMAGE):$(TAG)
+local-train: engine ## The main job: SageMaker's `train` on HOSTS containers (SLOTS each) of $(IMAGE):$(TAG); LAUNCHER=horovod|torchrun
 	@$(DOCKER) image inspect $(IMAGE):$(TAG) >/dev/null 2>&1 || $(MAKE) build
-	python3 scripts/local_train.py --hosts $(HOSTS) --slots $(SLOTS) --image $(IMAGE):$(TAG) $(LOCAL_TRAIN_ARGS)
+	python3 scripts/local_train.py --hosts $(HOSTS) --slots $(SLOTS) --launcher $(LAUNCHER) \
+		--image $(IMAGE):$(TAG) $(LOCAL_TRAIN_ARGS)
 
 engine: ## Make sure a Docker engine answers (as root on Debian/Ubuntu: install and start one)
 	@scripts/docker.sh engine
@@ -57,14 +59,15 @@ build: engine ## Build $(IMAGE):$(TAG) for FLAVOR (cpu falls back to a local Deb
 local-base: engine ## Make the OS base image $(LOCAL_BASE) from the Debian mirror (mmdebstrap + docker import)
 	@scripts/local-base.sh $(LOCAL_BASE)
 
-$(DEV_STAMP): requirements-dev.txt
+$(DEV_STAMP): requirements-dev.txt tests/requirements-sdk.txt
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q -r requirements-dev.txt
+	$(VENV)/bin/pip install -q --no-deps -r tests/requirements-sdk.txt
 	touch $@
 
 lint: $(DEV_STAMP) ## hadolint, shellcheck and ruff
 	$(VENV)/bin/hadolint Dockerfile
-	shellcheck scripts/*.sh docker/build/*.sh .ci/run
+	shellcheck scripts/*.sh docker/build/*.sh docker/bash-env.sh .ci/run
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
@@ -78,8 +81,15 @@ test-container: $(DEV_STAMP) engine test-deps ## Container tests against $(IMAGE
 	@$(DOCKER) image inspect $(IMAGE):cpu >/dev/null 2>&1 || $(MAKE) build FLAVOR=cpu TAG=cpu
 	BYOC_IMAGE=$(IMAGE):cpu $(PY) -m pytest -m "not gpu_flavor" tests/container $(PYTEST_ARGS)
 
+SMOKE_ARGS ?= --hp epochs=1 --hp samples=1024 --timeout 600 --out local/smoke
+smoke: engine ## The main job (make local-train), short, with each launcher, on $(IMAGE):cpu
+	@$(DOCKER) image inspect $(IMAGE):cpu >/dev/null 2>&1 || $(MAKE) build FLAVOR=cpu TAG=cpu
+	rm -rf local/smoke
+	$(MAKE) --no-print-directory local-train TAG=cpu LAUNCHER=horovod LOCAL_TRAIN_ARGS="$(SMOKE_ARGS)"
+	$(MAKE) --no-print-directory local-train TAG=cpu LAUNCHER=torchrun LOCAL_TRAIN_ARGS="$(SMOKE_ARGS)"
+
 # test-gpu-flavor adds ~20 min to a cold CI run (24 -> ~45 min on 2 cores), under the 60 allowed.
-test: lint test-unit test-container test-gpu-flavor ## Lint, unit, container tests (cpu image) and the gpu flavor on stand-ins
+test: lint test-unit test-container smoke test-gpu-flavor ## Lint, unit, container tests, the main job's smoke (cpu image) and the gpu flavor on stand-ins
 
 STANDIN ?= pytorch-horovod-standin
 STANDIN_CUDA_ARCHS ?= 80,90

@@ -132,9 +132,11 @@ up() {
         JUPYTER_TOKEN=$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')
         (umask 077 && echo "$JUPYTER_TOKEN" >"$STATE/jupyter_token")
     fi
-    # The default workspace starts with the image's example as train.py; a given one is untouched.
+    # The default workspace starts with the image's examples (train.py: Horovod, train_ddp.py:
+    # DDP, and the module both import); a given one is untouched.
     if [ -z "$WORKSPACE_GIVEN" ] && [ ! -e "$CLUSTER_WORKSPACE/train.py" ]; then
         cp docker/examples/train_synthetic.py "$CLUSTER_WORKSPACE/train.py"
+        cp docker/examples/train_ddp.py docker/examples/synthetic_task.py "$CLUSTER_WORKSPACE/"
     fi
     write_overlay "$nodes"
     for ((i = 0; i < nodes; i++)); do services+=("node$i"); done

@@ -6,6 +6,7 @@ is the container ID, as in the SageMaker SDK's local mode), with its own /opt/ml
 platform writes it. Shows the job's output; the model lands in OUT/algo-1/model.
 
     scripts/local_train.py --hosts 2 --image pytorch-horovod:cpu --hp epochs=3
+    scripts/local_train.py --launcher torchrun --hosts 2 --slots 2   # DDP through torchrun
 """
 
 from __future__ import annotations
@@ -36,10 +37,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--hosts", type=int, default=2, help="instances (default 2)")
     p.add_argument("--image", default="pytorch-horovod:cpu")
     p.add_argument(
+        "--launcher",
+        choices=["horovod", "torchrun"],
+        default="horovod",
+        help="the distribution the SageMaker SDK would send: horovod (mpi, the default) or "
+        "torchrun (torch_distributed); the image's matching example runs unless --entry-point",
+    )
+    p.add_argument(
         "--slots",
         type=int,
         default=None,
-        help="processes per host (sagemaker_mpi_num_of_processes_per_host)",
+        help="processes per host (horovod: sagemaker_mpi_num_of_processes_per_host; torchrun: "
+        "BYOC_CPU_SLOTS_PER_HOST, as no SDK sends a count for torch_distributed)",
     )
     p.add_argument(
         "--hp",
@@ -93,9 +102,13 @@ def hyperparameters(args: argparse.Namespace) -> dict[str, str]:
     if args.entry_point:
         hps["sagemaker_program"] = args.entry_point
         hps["sagemaker_submit_directory"] = "/opt/ml/code"
-    if args.slots is not None:
+    if args.launcher == "torchrun":
+        hps["sagemaker_torch_distributed_enabled"] = True
+        hps["sagemaker_instance_type"] = args.instance_type
+    else:
         hps["sagemaker_mpi_enabled"] = True
-        hps["sagemaker_mpi_num_of_processes_per_host"] = args.slots
+        if args.slots is not None:
+            hps["sagemaker_mpi_num_of_processes_per_host"] = args.slots
     return {k: json.dumps(v) for k, v in hps.items()}
 
 
@@ -189,6 +202,8 @@ def main(argv: list[str]) -> int:
             ]
             if args.source_dir:
                 run += ["-v", f"{Path(args.source_dir).resolve()}:/opt/ml/code:ro"]
+            if args.launcher == "torchrun" and args.slots is not None:
+                run += ["-e", f"BYOC_CPU_SLOTS_PER_HOST={args.slots}"]
             for item in args.env:
                 run += ["-e", item]
             docker(*run, args.image, "train")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -27,3 +28,21 @@ def wait_until(
     raise TimeoutError(
         f"{what} not met within {timeout} s" + (f": {last_exc!r}" if last_exc else "")
     )
+
+
+def wait_all(started: dict, timeout: float) -> dict:
+    """Wait for every container of {name: container} to exit, each bounded by timeout:
+    {name: (exit code, seconds since the wait began)}; a container still running is left out."""
+    t0 = time.monotonic()
+    results = {}
+
+    def waiter(name, container):
+        code = container.wait(timeout=timeout)["StatusCode"]
+        results[name] = (code, time.monotonic() - t0)
+
+    threads = [threading.Thread(target=waiter, args=item) for item in started.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout + 5)
+    return results

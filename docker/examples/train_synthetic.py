@@ -10,55 +10,26 @@ With --data-channel NAME it trains from a SageMaker channel instead (Pipe, File 
 mode, through byoc.data.ChannelDataset): records of features+1 little-endian float32 (x, then
 y), as --write-shards DIR writes them. Ranks may then get different numbers of batches;
 hvd.join() at the end of each epoch lets the others finish their allreduces.
+
+What it shares with train_ddp.py (options, data, model, checkpoints, printed lines) is in
+synthetic_task.py beside it.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import time
 from pathlib import Path
 
 import horovod.torch as hvd
+import synthetic_task as task
 import torch
-from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
-
-
-def str2bool(value: str) -> bool:
-    # SageMaker passes booleans as True/False strings: argparse's type=bool would take "False".
-    if value.lower() in ("true", "1", "yes"):
-        return True
-    if value.lower() in ("false", "0", "no"):
-        return False
-    raise argparse.ArgumentTypeError(f"not a boolean: {value!r}")
+from torch.utils.data import DataLoader, DistributedSampler
 
 
 def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--batch-size", "--batch_size", type=int, default=64)
-    p.add_argument("--lr", type=float, default=0.01, help="per-process LR (scaled by size)")
-    p.add_argument("--samples", type=int, default=8192)
-    p.add_argument("--features", type=int, default=32)
-    p.add_argument("--hidden", type=int, default=64)
-    p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--fp16-allreduce", "--fp16_allreduce", type=str2bool, default=False)
-    p.add_argument("--amp", type=str2bool, default=False)
-    p.add_argument(
-        "--epoch-sleep",
-        "--epoch_sleep",
-        type=float,
-        default=0.0,
-        help="seconds to sleep per epoch (tests use it to stop a job mid-training)",
-    )
-    p.add_argument(
-        "--fail-on-rank",
-        "--fail_on_rank",
-        type=int,
-        default=-1,
-        help="raise on this rank after the first step (tests of failure handling)",
-    )
+    p = task.parser(__doc__.splitlines()[0])
+    p.add_argument("--fp16-allreduce", "--fp16_allreduce", type=task.str2bool, default=False)
     p.add_argument("--data-channel", "--data_channel", default="", help="train from this channel")
     p.add_argument("--data-framing", "--data_framing", default="recordio")
     p.add_argument("--shuffle-buffer", "--shuffle_buffer", type=int, default=1024)
@@ -70,19 +41,7 @@ def parse_args() -> argparse.Namespace:
         help="write the generated data set as shards of --data-framing into this directory, exit",
     )
     p.add_argument("--records-per-shard", "--records_per_shard", type=int, default=1024)
-    p.add_argument("--model-dir", default=os.environ.get("SM_MODEL_DIR", "/opt/ml/model"))
-    p.add_argument(
-        "--checkpoint-dir", default=os.environ.get("SM_CHECKPOINT_DIR", "/opt/ml/checkpoints")
-    )
     return p.parse_args()
-
-
-def make_data(args: argparse.Namespace) -> TensorDataset:
-    g = torch.Generator().manual_seed(args.seed)
-    x = torch.randn(args.samples, args.features, generator=g)
-    w = torch.randn(args.features, 1, generator=g)
-    y = x @ w + 0.01 * torch.randn(args.samples, 1, generator=g)
-    return TensorDataset(x, y)
 
 
 def encode(x: torch.Tensor, y: torch.Tensor) -> bytes:
@@ -101,21 +60,12 @@ def decoder(features: int):
     return decode
 
 
-def save_checkpoint(path: Path, model, optimizer, epoch: int) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    torch.save(
-        {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}, tmp
-    )
-    os.replace(tmp, path)  # atomic: a stop mid-write never leaves a torn checkpoint
-
-
 def main() -> None:
     args = parse_args()
     if args.write_shards:
         from byoc.data import write_shards
 
-        x, y = make_data(args).tensors
+        x, y = task.make_data(args).tensors
         paths = write_shards(
             (encode(x[i], y[i]) for i in range(len(x))),
             args.write_shards,
@@ -147,43 +97,32 @@ def main() -> None:
         )
         loader = DataLoader(channel, batch_size=args.batch_size, num_workers=args.data_workers)
     else:
-        dataset = make_data(args)
+        dataset = task.make_data(args)
         sampler = DistributedSampler(
             dataset, num_replicas=size, rank=rank, shuffle=True, seed=args.seed
         )
         loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler)
 
-    model = torch.nn.Sequential(
-        torch.nn.Linear(args.features, args.hidden),
-        torch.nn.ReLU(),
-        torch.nn.Linear(args.hidden, 1),
-    ).to(device)
+    model = task.make_model(args).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * size, momentum=0.9)
-
-    checkpoint = Path(args.checkpoint_dir) / "checkpoint.pt"
-    start_epoch = 0
-    if rank == 0 and checkpoint.exists():
-        state = torch.load(checkpoint, map_location="cpu")
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        start_epoch = state["epoch"] + 1
-        print(f"resumed from {checkpoint} at epoch {start_epoch}", flush=True)
-    start_epoch = int(hvd.broadcast_object(start_epoch, root_rank=0, name="start_epoch"))
-    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 
     compression = hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none
     optimizer = hvd.DistributedOptimizer(
         optimizer, named_parameters=model.named_parameters(), compression=compression
     )
+    # Restore after wrapping: DistributedOptimizer builds a new optimizer, which would drop the
+    # momentum a checkpoint brings.
+    checkpoint = Path(args.checkpoint_dir) / "checkpoint.pt"
+    start_epoch = 0
+    if rank == 0:
+        start_epoch = task.restore(task.load_checkpoint(checkpoint), model, optimizer)
+    start_epoch = int(hvd.broadcast_object(start_epoch, root_rank=0, name="start_epoch"))
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
     amp = args.amp and use_cuda
     scaler = torch.amp.GradScaler("cuda", enabled=amp)
     loss_fn = torch.nn.MSELoss()
-    print(
-        f"rank {rank}/{size} local_rank {hvd.local_rank()} on {os.uname().nodename} "
-        f"host {os.environ.get('SM_CURRENT_HOST', '?')} device {device}",
-        flush=True,
-    )
+    task.print_start(rank, size, hvd.local_rank(), device)
 
     for epoch in range(start_epoch, args.epochs):
         if sampler is not None:
@@ -207,10 +146,7 @@ def main() -> None:
                 optimizer.step()
             seen += len(x)
             total += loss.item() * len(x)
-            if step == 0 and epoch == start_epoch:
-                print(f"rank {rank}: first step done", flush=True)
-            if rank == args.fail_on_rank:
-                raise RuntimeError(f"deliberate failure on rank {rank} (--fail-on-rank)")
+            task.after_step(args, rank, first=step == 0 and epoch == start_epoch)
         if args.data_channel:
             hvd.join()  # a stream gives ranks uneven shares: wait for the others' last steps
             print(f"rank {rank}: epoch {epoch} read {seen} records", flush=True)
@@ -219,21 +155,13 @@ def main() -> None:
             torch.tensor(seen / (time.perf_counter() - start)), op=hvd.Sum, name="epoch_rate"
         ).item()
         if rank == 0:
-            print(
-                json.dumps(
-                    {"epoch": epoch, "loss": round(avg, 6), "samples_per_s": round(rate, 1)}
-                ),
-                flush=True,
-            )
-            save_checkpoint(checkpoint, model, optimizer, epoch)
+            task.print_epoch(epoch, avg, rate)
+            task.save_checkpoint(checkpoint, model, optimizer, epoch)
         if args.epoch_sleep:
             time.sleep(args.epoch_sleep)
 
     if rank == 0:
-        model_dir = Path(args.model_dir)
-        model_dir.mkdir(parents=True, exist_ok=True)
-        torch.save(model.state_dict(), model_dir / "model.pt")
-        print(f"saved {model_dir / 'model.pt'}", flush=True)
+        task.save_model(args.model_dir, model)
     print(f"rank {rank}: done", flush=True)
 
 

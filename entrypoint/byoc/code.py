@@ -83,17 +83,23 @@ def install_requirements(code_dir: Path) -> None:
     if not req.is_file():
         return
     print(f"byoc: installing {req}", flush=True)
+    # From the code directory, as the toolkit does: relative paths in the file mean files there.
     result = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--no-cache-dir", "-r", str(req)], check=False
+        [sys.executable, "-m", "pip", "install", "--no-cache-dir", "-r", str(req)],
+        cwd=code_dir,
+        check=False,
     )
     if result.returncode != 0:
         raise CodeError(f"pip install -r {req} failed with exit code {result.returncode}")
 
 
-def resolve(entry_point: str | None, code_dir: Path) -> Program:
-    """How to run the entry point: .py, .sh, an installable package, or an executable."""
+def resolve(
+    entry_point: str | None, code_dir: Path, default_program: str = C.DEFAULT_PROGRAM
+) -> Program:
+    """How to run the entry point: .py, .sh, an installable package, or an executable; the
+    image's example (default_program) when the job names none."""
     if not entry_point:
-        default = Path(C.DEFAULT_PROGRAM)
+        default = Path(default_program)
         return Program(str(default), default.parent, [sys.executable, str(default)])
     path = Path(entry_point) if os.path.isabs(entry_point) else code_dir / entry_point
     if entry_point.endswith(".py"):

@@ -28,13 +28,17 @@ TRAINING_JOB_NAME = "TRAINING_JOB_NAME"
 HP_PREFIX = "sagemaker_"
 HP_PROGRAM = "sagemaker_program"
 HP_SUBMIT_DIRECTORY = "sagemaker_submit_directory"
-HP_MPI_ENABLED = "sagemaker_mpi_enabled"
+HP_MPI_ENABLED = "sagemaker_mpi_enabled"  # SDK v2 distribution={"mpi": ...}
 HP_PROCESSES_PER_HOST = "sagemaker_mpi_num_of_processes_per_host"
 HP_CUSTOM_MPI_OPTIONS = "sagemaker_mpi_custom_mpi_options"
+HP_TORCH_DISTRIBUTED_ENABLED = "sagemaker_torch_distributed_enabled"  # {"torch_distributed": ...}
+# smdistributed launchers this image does not have (SDK v2 "smdistributed" and "pytorchddp").
+HP_SMDISTRIBUTED = ("sagemaker_distributed_dataparallel_enabled", "sagemaker_pytorch_ddp_enabled")
 
 # --- our own knobs (documented in README.md, "train") -----------------------------------------
 CPU_SLOTS_ENV = "BYOC_CPU_SLOTS_PER_HOST"
 DEFAULT_CPU_SLOTS = 1
+MAX_SLOTS_PER_HOST = 256  # processes per host: more is a typo, not an instance
 SSH_PORT_ENV = "BYOC_SSH_PORT"
 DEFAULT_SSH_PORT = 2222
 COORD_PORT_ENV = "BYOC_COORDINATOR_PORT"
@@ -49,13 +53,22 @@ LEADER_LOST_ENV = "BYOC_LEADER_LOST_AFTER"  # s of silence after which a worker 
 DEFAULT_LEADER_LOST = 30.0
 START_TIMEOUT_ENV = "HOROVOD_START_TIMEOUT"
 DEFAULT_START_TIMEOUT = 600  # horovodrun's own default (30 s) is too short for big jobs
-DNS_TIMEOUT_ENV = "BYOC_DNS_TIMEOUT"
-DEFAULT_DNS_TIMEOUT = 300.0
 TERM_GRACE_ENV = "BYOC_TERM_GRACE"  # s between SIGTERM and SIGKILL of the job's processes
 DEFAULT_TERM_GRACE = 60.0
 SHM_MIN_BYTES = 1 << 30  # below this /dev/shm is reported as too small
-DEFAULT_PROGRAM = "/opt/byoc/examples/train_synthetic.py"
+DEFAULT_PROGRAM = "/opt/byoc/examples/train_synthetic.py"  # Horovod (the horovod launcher)
+DEFAULT_DDP_PROGRAM = "/opt/byoc/examples/train_ddp.py"  # DDP (the torchrun launcher)
+LAUNCHER_ENV = "BYOC_LAUNCHER"  # horovod, torchrun or none: overrides the hyperparameters
+LAUNCHERS = ("horovod", "torchrun", "none")
+TORCHRUN_PORT_ENV = "BYOC_TORCHRUN_PORT"  # torchrun's rendezvous port on the first host
+DEFAULT_TORCHRUN_PORT = 29500
+# SSH trust for a command of the platform's own (SageMaker SDK v3's drivers) in a training job:
+# auto (for the SDK's MPI driver), on (any multi-host job), off.
+SSH_TRUST_ENV = "BYOC_SSH_TRUST"
+SSH_TRUST_MODES = ("auto", "on", "off")
+REPORT_TIMEOUT = 30.0  # s the leader waits for the workers' results once its own is known
 RUNTIME_DIR = "/run/byoc"
+INIT_MARKER_ENV = "BYOC_INIT"  # set by byoc-init for all it starts (docker/bash-env.sh reads it)
 
 # --- SM_* variables exported to the training processes ----------------------------------------
 SM_PREFIX = "SM_"
@@ -84,6 +97,10 @@ SM_INPUT_DATA_CONFIG = "SM_INPUT_DATA_CONFIG"
 SM_LOG_LEVEL = "SM_LOG_LEVEL"
 SM_FRAMEWORK_MODULE = "SM_FRAMEWORK_MODULE"
 SM_CHECKPOINT_DIR = "SM_CHECKPOINT_DIR"  # ours: SageMaker has none, scripts often want one
+# As the SageMaker SDK v3's drivers set them (scripts written for ModelTrainer read them).
+SM_HOST_COUNT = "SM_HOST_COUNT"
+SM_CURRENT_HOST_RANK = "SM_CURRENT_HOST_RANK"
+SM_MASTER_ADDR = "SM_MASTER_ADDR"
 
 # --- CUDA forward compatibility (byoc.cuda_compat; README.md, "The gpu flavor") ---------------
 CUDA_COMPAT_ENV = "BYOC_CUDA_COMPAT"  # auto (default), on, off

@@ -1,71 +1,194 @@
-"""The leader's small HTTP service that workers poll: the job key and the job's state.
+"""The leader's small HTTP service: hosts join the job, swap public keys, learn its state.
 
-GET /pubkey            the job's public SSH key (when the leader made it)
-GET /status?host=NAME  {"state": "starting"|"running"|"done", "exit_code": N|null}; the leader
-                       remembers which workers have seen "done", so it can leave as soon as
-                       every worker knows the result.
-Only the job's hosts reach it: SageMaker isolates a job's network; locally, the job's network.
+POST /join             {"host", "user_key", "host_keys"}: a worker joins (keys may be empty when
+                       the launcher needs no SSH). Refused (403) unless the request comes from an
+                       address the claimed host name resolves to, so no other machine can
+                       slip a key in under a job host's name.
+GET  /peers?host=NAME  {"complete": bool, "hosts": {name: {"addresses", "user_key",
+                       "host_keys"}}}: everything every host needs to trust the others, once
+                       all have joined.
+GET  /status?host=NAME {"state": "starting"|"running"|"done", "exit_code": N|null}
+POST /report           {"host", "exit_code", "failure"}: a worker's own result (torchrun, where
+                       each host runs its own launcher).
+The leader remembers which workers have seen the complete peers and the final state, so it can
+go on (or leave) as soon as each knows. Only the job's hosts reach it: SageMaker isolates a job's
+network; locally, the job's network.
 """
 
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+MAX_BODY = 64 * 1024  # a join or a report is a few KB
+
+
+class LeaderLost(Exception):
+    """The leader did not answer in time; the message says for how long and why."""
+
+
+class Refused(ValueError):
+    """The leader answered with a refusal (HTTP 4xx): final."""
+
+
+def host_addresses(host: str) -> set[str]:
+    try:
+        return {info[4][0] for info in socket.getaddrinfo(host, None, socket.AF_INET)}
+    except (OSError, UnicodeError):
+        return set()
 
 
 class JobState:
-    def __init__(self, public_key: str | None):
-        self.public_key = public_key
+    """What the leader knows of the job; every method is safe to call from the HTTP threads."""
+
+    def __init__(self, hosts: list[str], resolve: Callable[[str], set[str]] = host_addresses):
+        self.hosts = list(hosts)
+        self.resolve = resolve
         self.state = "starting"
         self.exit_code: int | None = None
+        self.members: dict[str, dict] = {}
+        self.reports: dict[str, dict] = {}
+        self.seen_peers: set[str] = set()
         self.seen_done: set[str] = set()
-        self.lock = threading.Lock()
+        self.lock = threading.Condition()
 
     def set(self, state: str, exit_code: int | None = None) -> None:
         with self.lock:
             self.state, self.exit_code = state, exit_code
+            self.lock.notify_all()
+
+    def join(self, member: dict, source: str | None) -> tuple[int, str] | None:
+        """Record a host's keys; None, or the HTTP status and reason of the refusal (503: try
+        again, the name does not resolve here yet)."""
+        host = member.get("host")
+        if host not in self.hosts:
+            return 403, f"{host!r} is not a host of this job"
+        addresses = self.resolve(host)
+        if source is not None and not addresses:
+            return 503, f"{host} does not resolve here yet"
+        if source is not None and source not in addresses:
+            return 403, f"{host} resolves to {sorted(addresses)}, not to the caller {source}"
+        if source is not None:
+            addresses.add(source)
+        user_key = member.get("user_key") or ""
+        host_keys = member.get("host_keys") or []
+        if not isinstance(user_key, str) or not (
+            isinstance(host_keys, list) and all(isinstance(k, str) for k in host_keys)
+        ):
+            return 400, "user_key must be a string and host_keys a list of strings"
+        with self.lock:
+            self.members[host] = {
+                "addresses": sorted(addresses),
+                "user_key": user_key,
+                "host_keys": host_keys,
+            }
+            self.lock.notify_all()
+        return None
+
+    def peers(self, host: str | None) -> dict:
+        with self.lock:
+            complete = all(h in self.members for h in self.hosts)
+            if complete and host:
+                self.seen_peers.add(host)
+                self.lock.notify_all()
+            return {
+                "complete": complete,
+                "hosts": dict(self.members) if complete else {},
+                "state": self.state,
+                "exit_code": self.exit_code,
+            }
 
     def snapshot(self, host: str | None) -> dict:
         with self.lock:
             if host and self.state == "done":
                 self.seen_done.add(host)
+                self.lock.notify_all()
             return {"state": self.state, "exit_code": self.exit_code}
 
-    def wait_seen(self, hosts: list[str], timeout: float) -> set[str]:
-        """Wait until every host has seen "done"; the hosts that have not, after timeout."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with self.lock:
-                missing = set(hosts) - self.seen_done
-            if not missing:
-                return set()
-            time.sleep(0.1)
+    def report(self, result: dict) -> tuple[int, str] | None:
+        host = result.get("host")
+        if host not in self.hosts:
+            return 403, f"{host!r} is not a host of this job"
         with self.lock:
-            return set(hosts) - self.seen_done
+            self.reports[host] = result
+            self.lock.notify_all()
+        return None
+
+    def wait_for(self, what: Callable[[], set[str]], timeout: float, stop=None) -> set[str]:
+        """Wait until what() (called under the lock) is empty; what is left after timeout, or
+        as soon as stop (a threading.Event) is set."""
+        deadline = time.monotonic() + timeout
+        with self.lock:
+            while True:
+                missing = what()
+                left = deadline - time.monotonic()
+                if not missing or left <= 0 or (stop is not None and stop.is_set()):
+                    return missing
+                self.lock.wait(min(left, 0.2))
+
+    def missing_members(self, hosts: list[str]) -> Callable[[], set[str]]:
+        return lambda: set(hosts) - set(self.members)
+
+    def missing_peers_seen(self, hosts: list[str]) -> Callable[[], set[str]]:
+        return lambda: set(hosts) - self.seen_peers
+
+    def missing_done_seen(self, hosts: list[str]) -> Callable[[], set[str]]:
+        return lambda: set(hosts) - self.seen_done
+
+    def missing_reports(self, hosts: list[str]) -> Callable[[], set[str]]:
+        return lambda: set(hosts) - set(self.reports)
 
 
 def serve(state: JobState, port: int) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 - the http.server API
-            url = urllib.parse.urlparse(self.path)
-            if url.path == "/pubkey" and state.public_key:
-                body, ctype = state.public_key.encode() + b"\n", "text/plain"
-            elif url.path == "/status":
-                host = urllib.parse.parse_qs(url.query).get("host", [None])[0]
-                body, ctype = json.dumps(state.snapshot(host)).encode(), "application/json"
-            else:
-                self.send_error(404)
-                return
-            self.send_response(200)
-            self.send_header("Content-Type", ctype)
+        def _send(self, code: int, payload: dict) -> None:
+            body = json.dumps(payload).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
+
+        def do_GET(self):  # noqa: N802 - the http.server API
+            url = urllib.parse.urlparse(self.path)
+            host = urllib.parse.parse_qs(url.query).get("host", [None])[0]
+            if url.path == "/status":
+                self._send(200, state.snapshot(host))
+            elif url.path == "/peers":
+                self._send(200, state.peers(host))
+            else:
+                self._send(404, {"error": "no such path"})
+
+        def do_POST(self):  # noqa: N802 - the http.server API
+            url = urllib.parse.urlparse(self.path)
+            try:
+                length = int(self.headers.get("Content-Length", "0"))
+                if not 0 < length <= MAX_BODY:
+                    raise ValueError(f"a body of {length} bytes")
+                body = json.loads(self.rfile.read(length))
+                if not isinstance(body, dict):
+                    raise ValueError("not a JSON object")
+            except ValueError as exc:
+                self._send(400, {"error": f"bad request: {exc}"})
+                return
+            if url.path == "/join":
+                refused = state.join(body, self.client_address[0])
+            elif url.path == "/report":
+                refused = state.report(body)
+            else:
+                self._send(404, {"error": "no such path"})
+                return
+            if refused:
+                self._send(refused[0], {"error": refused[1]})
+            else:
+                self._send(200, {})
 
         def log_message(self, *args):  # quiet: workers poll often
             pass
@@ -76,25 +199,51 @@ def serve(state: JobState, port: int) -> ThreadingHTTPServer:
     return server
 
 
-def fetch(host: str, port: int, path: str, timeout: float = 3.0) -> bytes:
-    with urllib.request.urlopen(f"http://{host}:{port}{path}", timeout=timeout) as r:  # noqa: S310
-        return r.read()
-
-
-def fetch_status(host: str, port: int, me: str) -> dict:
-    return json.loads(fetch(host, port, f"/status?host={urllib.parse.quote(me)}"))
-
-
-def wait_for_leader(host: str, port: int, path: str, timeout: float) -> bytes:
-    """GET path from the leader, retrying until it answers (bounded)."""
-    deadline = time.monotonic() + timeout
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            return fetch(host, port, path)
-        except (OSError, urllib.error.URLError) as exc:
-            last = exc
-            time.sleep(0.5)
-    raise TimeoutError(
-        f"leader {host} did not answer on port {port} within {timeout:.0f} s ({last})"
+def request(host: str, port: int, path: str, body: dict | None = None, timeout=3.0) -> dict:
+    """One GET (or POST of body) to the leader; its JSON answer. HTTP errors raise ValueError."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(  # noqa: S310 - http to the job's own leader
+        f"http://{host}:{port}{path}", data=data, headers={"Content-Type": "application/json"}
     )
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310
+            return json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode(errors="replace")[:300]
+        message = f"the leader answered {path} with HTTP {exc.code} {detail}"
+        if exc.code >= 500:
+            raise ConnectionError(message) from exc  # retried, like no answer
+        raise Refused(message) from exc
+
+
+def poll(
+    leader: str,
+    port: int,
+    path: str,
+    done: Callable[[dict], bool],
+    *,
+    appear: float,
+    lost_after: float,
+    body: dict | None = None,
+) -> dict:
+    """Ask the leader until done(answer): bounded by `appear` seconds until it first answers,
+    then by `lost_after` seconds of silence. A refusal (Refused) is final."""
+    start = time.monotonic()
+    last_ok: float | None = None
+    while True:
+        try:
+            answer = request(leader, port, path, body)
+            last_ok = time.monotonic()
+            if done(answer):
+                return answer
+        except (OSError, json.JSONDecodeError) as exc:
+            now = time.monotonic()
+            if last_ok is None and now - start > appear:
+                raise LeaderLost(
+                    f"leader {leader} did not answer on port {port} within {appear:.0f} s ({exc})"
+                ) from exc
+            if last_ok is not None and now - last_ok > lost_after:
+                raise LeaderLost(
+                    f"leader {leader} unreachable for {lost_after:.0f} s ({exc})"
+                ) from exc
+        time.sleep(0.25)

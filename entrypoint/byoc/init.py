@@ -1,7 +1,12 @@
 """`byoc-init`, the image's ENTRYPOINT: decide what to run, then supervise it as PID 1.
 
-docker run IMAGE                 -> the image's CMD, `dev`: JupyterLab and sshd (byoc.dev)
-docker run IMAGE <command ...>   -> that command, run as is
+docker run IMAGE                 -> the image's CMD, `dev`: JupyterLab and sshd (byoc.dev); in a
+                                    training job (resourceconfig.json present): `train`
+docker run IMAGE train           -> the SageMaker training contract (byoc.train)
+docker run IMAGE <command ...>   -> that command, run as is; in a training job, after what a
+                                    platform driver needs (byoc.launch.sdk)
+`bash -c CMD` as the container's command (SageMaker SDK v3, Kubernetes `command:`) comes back
+here through the image's BASH_ENV hook (docker/bash-env.sh).
 """
 
 from __future__ import annotations
@@ -9,22 +14,36 @@ from __future__ import annotations
 import os
 import sys
 
+from byoc import config, cuda_compat, supervisor
 from byoc import constants as C
-from byoc import cuda_compat, supervisor
+from byoc.launch import sdk
+
+TRAIN = [sys.executable, "-m", "byoc.train"]
 
 
-def command_for(argv: list[str]) -> list[str]:
+def in_training_job(env: dict[str, str]) -> bool:
+    return (config.ml_root(env) / C.RESOURCE_CONFIG).is_file()
+
+
+def command_for(argv: list[str], env: dict[str, str] | None = None) -> list[str]:
     """The command line to supervise for the container's arguments."""
+    env = os.environ if env is None else env
     if not argv or argv == [C.DEV_COMMAND]:
+        if in_training_job(env):
+            # SDK v3's local mode sends no command (v2 sent `train`): a job must not open Jupyter.
+            print("byoc-init: in a training job (resourceconfig.json) with no command: train")
+            return list(TRAIN)
         return [sys.executable, "-m", "byoc.dev"]
     if argv == ["train"]:
         # A child, not in-process: PID 1 stays a plain supervisor whatever the launcher does.
-        return [sys.executable, "-m", "byoc.train"]
+        return list(TRAIN)
     return list(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    # The BASH_ENV hook checks this, so bash under us never starts a second byoc-init.
+    os.environ[C.INIT_MARKER_ENV] = "1"
     try:
         # Before anything starts: the command, and all it starts, inherit the environment.
         why = cuda_compat.decide(os.environ)
@@ -33,7 +52,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if why:
         print(f"byoc-init: {why}", file=sys.stderr)
-    return supervisor.run(command_for(args))
+    command = command_for(args)
+    session = None
+    if command != TRAIN and args and args != [C.DEV_COMMAND]:
+        session = sdk.prepare(command, dict(os.environ))
+        if isinstance(session, tuple):
+            print(f"byoc-init: {session[1]}", file=sys.stderr, flush=True)
+            return session[0]
+    code = supervisor.run(command, watch=session.watch if session else None)
+    if session and session.finish:
+        session.finish(code)
+    return code
 
 
 if __name__ == "__main__":

@@ -1,23 +1,34 @@
-"""Plan the launch: slots per host and the horovodrun command line. Pure functions only."""
+"""Plan the launch: which launcher, slots per host, this host's command. Pure functions only.
+
+Launchers (README.md, "Which launcher runs"):
+  horovod   horovodrun on the first host, over SSH to the others (sagemaker_mpi_enabled, and
+            the default when nothing is asked for)
+  torchrun  torchrun on every host, rendezvous on the first (sagemaker_torch_distributed_enabled)
+  none      the program once on every host, no launcher
+BYOC_LAUNCHER overrides what the hyperparameters ask for.
+"""
 
 from __future__ import annotations
 
-import os
 import shlex
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from byoc import constants as C
 from byoc.config import ConfigError, JobConfig
+from byoc.settings import Settings
 
 
 @dataclass(frozen=True)
 class Plan:
     role: str  # "single", "leader" or "worker"
+    launcher: str  # one of C.LAUNCHERS
     slots: int
     world_size: int
-    command: list[str]  # what the leader (or the single host) runs
+    command: list[str]  # what this host runs (horovod: only the leader or a single host)
+    env: dict[str, str] = field(default_factory=dict)  # added to the program's environment
 
 
 def count_gpus(dev: Path = Path("/dev"), proc: Path = Path("/proc/driver/nvidia/gpus")) -> int:
@@ -27,25 +38,62 @@ def count_gpus(dev: Path = Path("/dev"), proc: Path = Path("/proc/driver/nvidia/
     return len([p for p in dev.glob("nvidia[0-9]*") if p.name[6:].isdigit()])
 
 
-def _positive_int(value: Any, what: str) -> int:
+def _flag(hps: dict[str, Any], name: str) -> bool:
+    """A boolean hyperparameter as the SDKs send it (true, "true", "True", 1, ...)."""
+    value = hps.get(name)
+    if value in (None, "", False, 0):
+        return False
+    if value is True or value == 1 or str(value).strip().lower() in ("true", "1", "yes"):
+        return True
+    if str(value).strip().lower() in ("false", "0", "no"):
+        return False
+    raise ConfigError(f"hyperparameter {name} must be true or false, got {value!r}")
+
+
+def choose_launcher(hps: dict[str, Any], forced: str | None) -> tuple[str, str]:
+    """(launcher, why) from BYOC_LAUNCHER, else the distribution the SDK sent."""
+    if forced:
+        return forced, f"{C.LAUNCHER_ENV}={forced}"
+    for name in C.HP_SMDISTRIBUTED:
+        if _flag(hps, name):
+            raise ConfigError(
+                f"hyperparameter {name} asks for SageMaker's smdistributed launcher, which this "
+                "image does not have. Use distribution={'torch_distributed': {'enabled': True}} "
+                "(torchrun, PyTorch DDP) or {'mpi': {'enabled': True}} (Horovod) instead."
+            )
+    mpi = _flag(hps, C.HP_MPI_ENABLED)
+    torch_distributed = _flag(hps, C.HP_TORCH_DISTRIBUTED_ENABLED)
+    if mpi and torch_distributed:
+        raise ConfigError(
+            f"hyperparameters {C.HP_MPI_ENABLED} and {C.HP_TORCH_DISTRIBUTED_ENABLED} are both "
+            "true: choose one distribution"
+        )
+    if torch_distributed:
+        return "torchrun", C.HP_TORCH_DISTRIBUTED_ENABLED
+    if mpi:
+        return "horovod", C.HP_MPI_ENABLED
+    return "horovod", f"the default (no distribution given; {C.LAUNCHER_ENV} chooses another)"
+
+
+def _slots_value(value: Any, what: str) -> int:
     try:
         number = int(str(value).strip())
     except ValueError:
-        raise ConfigError(f"{what} must be a positive integer, got {value!r}") from None
-    if number < 1:
-        raise ConfigError(f"{what} must be a positive integer, got {value!r}")
+        number = 0
+    if not 1 <= number <= C.MAX_SLOTS_PER_HOST:
+        raise ConfigError(
+            f"{what} must be a whole number from 1 to {C.MAX_SLOTS_PER_HOST}, got {value!r}"
+        )
     return number
 
 
-def slots_per_host(hps: dict[str, Any], num_gpus: int, env: dict[str, str]) -> int:
+def slots_per_host(hps: dict[str, Any], num_gpus: int, settings: Settings) -> int:
     """The hyperparameter, else one process per GPU, else BYOC_CPU_SLOTS_PER_HOST (default 1)."""
     if hps.get(C.HP_PROCESSES_PER_HOST) not in (None, ""):
-        return _positive_int(hps[C.HP_PROCESSES_PER_HOST], C.HP_PROCESSES_PER_HOST)
+        return _slots_value(hps[C.HP_PROCESSES_PER_HOST], C.HP_PROCESSES_PER_HOST)
     if num_gpus > 0:
         return num_gpus
-    if env.get(C.CPU_SLOTS_ENV):
-        return _positive_int(env[C.CPU_SLOTS_ENV], C.CPU_SLOTS_ENV)
-    return C.DEFAULT_CPU_SLOTS
+    return settings.cpu_slots or C.DEFAULT_CPU_SLOTS
 
 
 def horovodrun_command(
@@ -55,6 +103,7 @@ def horovodrun_command(
     *,
     ssh_port: int,
     start_timeout: int,
+    interface: str | None,
     custom_mpi_options: str | None = None,
 ) -> list[str]:
     hosts = cfg.hosts
@@ -62,52 +111,95 @@ def horovodrun_command(
     cmd += ["-H", ",".join(f"{h}:{slots}" for h in hosts)]
     cmd += ["--start-timeout", str(start_timeout)]
     if len(hosts) > 1:
-        cmd += ["-p", str(ssh_port)]  # key and options come from ~/.ssh/config (byoc.ssh)
-        if cfg.network_interface:
-            cmd += ["--network-interface", cfg.network_interface]
+        cmd += ["-p", str(ssh_port)]  # key and options come from the job's ssh config (byoc.ssh)
+        if interface:
+            cmd += ["--network-interface", interface]
+        # Ranks on other hosts get this host's environment: byoc.rank sets their own host.
+        program = [sys.executable, "-m", "byoc.rank", *program]
     if custom_mpi_options:
         cmd += ["--mpi-args", custom_mpi_options]
     return [*cmd, *program]
+
+
+def torchrun_program(program: list[str]) -> list[str]:
+    """The program as torchrun takes it: a script, -m module, or --no-python executable."""
+    if len(program) >= 2 and Path(program[0]).name.startswith("python"):
+        if program[1] == "-m" and len(program) >= 3:
+            return ["-m", *program[2:]]
+        return program[1:]
+    return ["--no-python", *program]
+
+
+def torchrun_command(
+    cfg: JobConfig, slots: int, program: list[str], *, port: int, rendezvous_timeout: float
+) -> list[str]:
+    cmd = ["torchrun", f"--nproc-per-node={slots}", "--max-restarts=0"]
+    if len(cfg.hosts) == 1:
+        cmd += ["--standalone", "--nnodes=1"]
+    else:
+        cmd += [
+            f"--nnodes={len(cfg.hosts)}",
+            f"--node-rank={cfg.hosts.index(cfg.current_host)}",
+            f"--master-addr={cfg.leader}",
+            f"--master-port={port}",
+            f"--rdzv-conf=timeout={int(rendezvous_timeout)}",
+        ]
+    return [*cmd, *torchrun_program(program)]
 
 
 def make_plan(
     cfg: JobConfig,
     program: list[str],
     *,
+    launcher: str,
     num_gpus: int,
-    env: dict[str, str] | None = None,
+    settings: Settings,
+    interface: str | None = None,
 ) -> Plan:
-    env = dict(os.environ) if env is None else env
     hps = cfg.hyperparameters
-    slots = slots_per_host(hps, num_gpus, env)
-    ssh_port = _positive_int(env.get(C.SSH_PORT_ENV, C.DEFAULT_SSH_PORT), C.SSH_PORT_ENV)
-    start_timeout = _positive_int(
-        env.get(C.START_TIMEOUT_ENV, C.DEFAULT_START_TIMEOUT), C.START_TIMEOUT_ENV
-    )
-    custom = hps.get(C.HP_CUSTOM_MPI_OPTIONS) or None
-    launcher = horovodrun_command(
-        cfg,
-        slots,
-        program,
-        ssh_port=ssh_port,
-        start_timeout=start_timeout,
-        custom_mpi_options=custom,
-    )
-    if len(cfg.hosts) == 1:
-        role = "single"
-        # One process needs no launcher at all; several on one host need no SSH.
-        command = list(program) if slots == 1 else launcher
+    slots = slots_per_host(hps, num_gpus, settings)
+    multi = len(cfg.hosts) > 1
+    role = ("leader" if cfg.is_leader else "worker") if multi else "single"
+    env: dict[str, str] = {}
+    if launcher == "horovod":
+        command = horovodrun_command(
+            cfg,
+            slots,
+            program,
+            ssh_port=settings.ssh_port,
+            start_timeout=settings.start_timeout,
+            interface=interface,
+            custom_mpi_options=hps.get(C.HP_CUSTOM_MPI_OPTIONS) or None,
+        )
+        if not multi and slots == 1:
+            command = list(program)  # one process needs no launcher
+    elif launcher == "torchrun":
+        command = torchrun_command(
+            cfg,
+            slots,
+            program,
+            port=settings.torchrun_port,
+            rendezvous_timeout=settings.peer_timeout,
+        )
+        if multi and interface:
+            env = {"NCCL_SOCKET_IFNAME": interface, "GLOO_SOCKET_IFNAME": interface}
     else:
-        role = "leader" if cfg.is_leader else "worker"
-        command = launcher
-    return Plan(role=role, slots=slots, world_size=slots * len(cfg.hosts), command=command)
+        slots, command = 1, list(program)
+    world = slots * len(cfg.hosts)
+    return Plan(
+        role=role, launcher=launcher, slots=slots, world_size=world, command=command, env=env
+    )
 
 
 def rank_host(rank: int, cfg: JobConfig, slots: int) -> str:
-    """horovodrun places ranks host by host, `slots` to each, in -H order."""
+    """Both launchers place ranks host by host, `slots` to each, in host order."""
     index = rank // slots
     return cfg.hosts[index] if 0 <= index < len(cfg.hosts) else "?"
 
 
 def describe(cmd: list[str]) -> str:
     return shlex.join(cmd)
+
+
+def default_program(launcher: str) -> str:
+    return C.DEFAULT_DDP_PROGRAM if launcher == "torchrun" else C.DEFAULT_PROGRAM

@@ -5,16 +5,29 @@ from __future__ import annotations
 import collections
 import re
 import signal
-from dataclasses import dataclass, field
+import time
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from byoc import constants as C
 
-# horovodrun's prefixes: MPI "[1,3]<stderr>:", Gloo "[3]<stderr>:".
-_TAG = re.compile(r"^\[(?:\d+,)?(\d+)\]<std(?:out|err)>:(.*)$")
+# horovodrun's prefixes: MPI "[1,3]<stderr>:", Gloo "[3]<stderr>:"; torch's "[rank3]: " (the
+# global rank, on tracebacks of processes under torchrun).
+_TAG = re.compile(r"^\[(?:\d+,)?(\d+)\]<std(?:out|err)>:(.*)$|^\[rank(\d+)\]: ?(.*)$")
 # mpirun tags every chunk a rank writes, so tags also land inside and at the end of lines.
 _ANY_TAG = re.compile(r"\[(?:\d+,)?\d+\]<std(?:out|err)>:")
 _EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning)\b.*)$")
+
+
+# Errors a rank raises because another one died first: never the cause when a real one exists.
+_COLLATERAL = re.compile(
+    r"Connection closed by peer|Connection reset by peer|remote worker crash|Broken pipe|"
+    r"NCCL communicator was aborted|DistNetworkError|DistBackendError|timed out|Timeout|"
+    r"has been closed|Socket Timeout|Horovod has been shut down|HorovodInternalError|"
+    r"ChildFailedError",  # torchrun's own summary of a failed rank, never the cause itself
+    re.I,
+)
 
 
 @dataclass
@@ -22,6 +35,32 @@ class RankFailure:
     rank: int
     exception: str
     traceback: list[str]
+    at: float = 0.0  # wall-clock time the traceback began (comparable across a job's hosts)
+    host: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> RankFailure | None:
+        """From a worker's report; None for anything not shaped like one."""
+        try:
+            return cls(
+                rank=int(data["rank"]),
+                exception=str(data["exception"])[:2000],
+                traceback=[str(line)[:2000] for line in list(data["traceback"])[:40]],
+                at=float(data.get("at", 0.0)),
+                host=str(data["host"]) if data.get("host") else None,
+            )
+        except (TypeError, KeyError, ValueError):
+            return None
+
+
+def root_cause(failures: list[RankFailure]) -> RankFailure | None:
+    """The failure that brought the job down: the earliest that is not a peer's echo."""
+    if not failures:
+        return None
+    return min(failures, key=lambda f: (bool(_COLLATERAL.search(f.exception)), f.at))
 
 
 @dataclass
@@ -30,23 +69,32 @@ class OutputWatcher:
 
     tail: collections.deque = field(default_factory=lambda: collections.deque(maxlen=60))
     first_failure: RankFailure | None = None
+    failures: list[RankFailure] = field(default_factory=list)
     _in_traceback: dict[int, list[str]] = field(default_factory=dict)
+    _began: dict[int, float] = field(default_factory=dict)
 
     def feed(self, line: str) -> None:
         line = line.rstrip("\n")
         self.tail.append(line)
         match = _TAG.match(line)
-        rank, text = (int(match.group(1)), match.group(2)) if match else (0, line)
+        if match:
+            rank = int(match.group(1) or match.group(3))
+            text = match.group(2) if match.group(1) is not None else match.group(4)
+        else:
+            rank, text = 0, line
         text = _ANY_TAG.sub("", text)
         if text.startswith("Traceback (most recent call last):"):
             self._in_traceback[rank] = [text]
+            self._began[rank] = time.time()
             return
         if rank in self._in_traceback:
             self._in_traceback[rank].append(text)
             if text and not text[0].isspace() and _EXCEPTION.match(text):
                 lines = self._in_traceback.pop(rank)
+                failure = RankFailure(rank, text.strip(), lines[-12:], self._began.pop(rank, 0))
+                self.failures.append(failure)
                 if self.first_failure is None:
-                    self.first_failure = RankFailure(rank, text.strip(), lines[-12:])
+                    self.first_failure = failure
 
 
 def describe_exit(code: int) -> str:

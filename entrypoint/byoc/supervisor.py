@@ -13,6 +13,8 @@ import ctypes
 import os
 import signal
 import sys
+import threading
+from collections.abc import Callable
 
 # Signals passed on to the child's process group. SIGCHLD is ours: it drives the reaping.
 FORWARDED = (
@@ -91,8 +93,18 @@ def _reap(child: int) -> int | None:
             code = exit_code(status)
 
 
-def run(argv: list[str], env: dict[str, str] | None = None) -> int:
-    """Run argv until it exits; return its exit code (128 + N when killed by signal N)."""
+STOP_GRACE = 10.0  # s between the SIGTERM and the SIGKILL of a stop()
+
+
+def run(
+    argv: list[str],
+    env: dict[str, str] | None = None,
+    watch: Callable[[int, Callable[[int], None]], None] | None = None,
+) -> int:
+    """Run argv until it exits; return its exit code (128 + N when killed by signal N).
+
+    watch, if given, runs beside it in a thread as watch(pid, stop): stop(code) ends the child's
+    group (SIGTERM, SIGKILL after STOP_GRACE s) and makes code the exit code."""
     if not argv:
         raise ValueError("run() needs a command")
     _become_subreaper()
@@ -106,13 +118,25 @@ def run(argv: list[str], env: dict[str, str] | None = None) -> int:
     # Also from the parent, so a signal that comes at once already finds the group.
     with contextlib.suppress(OSError):
         os.setpgid(child, child)
+    verdict: list[int] = []
+
+    def stop(code: int) -> None:
+        verdict.append(code)
+        _forward(child, signal.SIGTERM)
+        killer = threading.Timer(STOP_GRACE, _forward, (child, signal.SIGKILL))
+        killer.daemon = True
+        killer.start()
+
+    if watch is not None:
+        # Started with our signal mask, so every signal still reaches sigwait below.
+        threading.Thread(target=watch, args=(child, stop), daemon=True, name="watch").start()
     try:
         while True:
             signum = signal.sigwait(_WAITED)
             if signum == signal.SIGCHLD:
                 code = _reap(child)
                 if code is not None:
-                    return code
+                    return verdict[0] if verdict else code
             else:
                 _forward(child, signum)
     finally:

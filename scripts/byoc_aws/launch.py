@@ -3,16 +3,22 @@
     PYTHONPATH=scripts python -m byoc_aws.launch \\
         --image-uri 123456789012.dkr.ecr.us-east-1.amazonaws.com/pytorch-horovod:gpu-... \\
         --role arn:aws:iam::123456789012:role/SageMakerTraining \\
-        --instance-type ml.p4d.24xlarge --instance-count 2 --processes-per-host 8 \\
+        --instance-type ml.p4d.24xlarge --instance-count 2 \\
+        --distribution mpi --processes-per-host 8 \\
         --source-dir src/ --entry-point train.py --hp epochs=10 --hp lr=0.01 \\
         --channel train=s3://bucket/train/,mode=Pipe,distribution=ShardedByS3Key \\
         --output-path s3://bucket/output/ --checkpoint-s3-uri s3://bucket/ckpt/ --spot --wait
 
 The source directory is packed as sourcedir.tar.gz (files at the archive's root) and uploaded
 to S3 as the SageMaker Python SDK does; hyperparameters are JSON-encoded as the SDK's framework
-estimators encode them. Jobs of more than one instance get a new SSH key of their own
-(BYOC_SSH_PRIVATE_KEY, see README.md "SSH trust"). --dry-run prints the request and creates
-nothing; --wait follows the job's status and logs and exits with its result.
+estimators encode them. --distribution adds the hyperparameters that the SDK's
+PyTorch(image_uri=..., distribution=...) adds: mpi (the default; Horovod over MPI) is
+{"mpi": {"enabled": True, ...}}, torch_distributed (torchrun) is {"torch_distributed":
+{"enabled": True}}, none is no distribution. No SSH key goes into the job's Environment: the
+hosts make their SSH trust themselves at start, per job (README.md "SSH trust").
+--ssh-key-in-environment puts one there, where DescribeTrainingJob and the console show it to
+anyone who may read the job. --dry-run prints the request and creates nothing; --wait follows
+the job's status and logs and exits with its result.
 """
 
 from __future__ import annotations
@@ -38,7 +44,9 @@ ROLE_RE = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/?[a-zA-Z_0-9+=,.@\-_/]+$
 S3_RE = re.compile(r"^s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(/.*)?$")
 CHANNEL_RE = re.compile(r"^[A-Za-z0-9.\-_]+$")
 MODES = ("File", "FastFile", "Pipe")
-DISTRIBUTIONS = ("FullyReplicated", "ShardedByS3Key")
+DISTRIBUTIONS = ("FullyReplicated", "ShardedByS3Key")  # of a channel's S3 data
+LAUNCH_DISTRIBUTIONS = ("mpi", "torch_distributed", "none")  # the SDK's distribution=
+MPI_ONLY = ("processes_per_host", "custom_mpi_options")
 SSH_KEY_ENV = "BYOC_SSH_PRIVATE_KEY"  # entrypoint/byoc/constants.py SSH_KEY_ENV
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 SKIP_IN_SOURCE = {"__pycache__", ".git", ".ipynb_checkpoints"}
@@ -132,6 +140,33 @@ def pack_source(source_dir: Path) -> bytes:
     return buf.getvalue()
 
 
+def distribution_hyperparameters(args) -> dict:
+    """What sagemaker.pytorch.PyTorch(image_uri=..., distribution=...) adds (SDK v2.257.7).
+
+    mpi: distribution={"mpi": {"enabled": True[, "processes_per_host": N]
+    [, "custom_mpi_options": S]}}: Framework._distribution_configuration (estimator.py) sets
+    sagemaker_mpi_enabled, sagemaker_mpi_num_of_processes_per_host only when processes_per_host
+    is given, and sagemaker_mpi_custom_mpi_options always ("" when not given).
+    torch_distributed: distribution={"torch_distributed": {"enabled": True}}:
+    PyTorch._pytorch_distribution_configuration (pytorch/estimator.py) sets
+    sagemaker_torch_distributed_enabled and sagemaker_instance_type.
+    none: distribution=None: nothing. sdk_encode JSON-encodes them, as PyTorch.hyperparameters()
+    does with EstimatorBase._json_encode_hyperparameters.
+    """
+    if args.distribution == "mpi":
+        hps = {"sagemaker_mpi_enabled": True}
+        if args.processes_per_host:
+            hps["sagemaker_mpi_num_of_processes_per_host"] = args.processes_per_host
+        hps["sagemaker_mpi_custom_mpi_options"] = args.custom_mpi_options or ""
+        return hps
+    if args.distribution == "torch_distributed":
+        return {
+            "sagemaker_torch_distributed_enabled": True,
+            "sagemaker_instance_type": args.instance_type,
+        }
+    return {}
+
+
 def new_job_key() -> str:
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -147,6 +182,33 @@ def new_job_key() -> str:
     )
 
 
+def given_job_key(path: Path) -> str:
+    """The unencrypted private key in path (OpenSSH or PEM), as text."""
+    from cryptography.exceptions import UnsupportedAlgorithm
+    from cryptography.hazmat.primitives import serialization
+
+    what = f"--ssh-key-in-environment {path}"
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ToolError(f"{what}: cannot be read: {exc}") from None
+    for load in (serialization.load_ssh_private_key, serialization.load_pem_private_key):
+        try:
+            load(text.encode(), password=None)
+            break
+        except (ValueError, TypeError, UnsupportedAlgorithm):
+            continue
+    else:
+        raise ToolError(f"{what}: not an unencrypted private key (OpenSSH or PEM)")
+    limit = sagemaker_model().shape_for("TrainingEnvironmentValue").metadata["max"]
+    if len(text) > limit:
+        raise ToolError(
+            f"{what}: {len(text)} characters, more than an Environment value may hold "
+            f"({limit}): use an ed25519 key"
+        )
+    return text
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(
         prog="launch",
@@ -158,7 +220,25 @@ def parse_args(argv):
     p.add_argument("--role", required=True, help="IAM role ARN SageMaker assumes")
     p.add_argument("--instance-type", required=True, help="e.g. ml.g5.12xlarge")
     p.add_argument("--instance-count", type=int, default=1)
-    p.add_argument("--processes-per-host", type=int, help="Horovod ranks per instance (MPI)")
+    p.add_argument(
+        "--distribution",
+        choices=LAUNCH_DISTRIBUTIONS,
+        default="mpi",
+        help="the SDK's PyTorch(distribution=...): mpi = {'mpi': {'enabled': True}} (Horovod "
+        "over MPI, the default), torch_distributed = {'torch_distributed': {'enabled': True}} "
+        "(torchrun), none = no distribution",
+    )
+    p.add_argument(
+        "--processes-per-host",
+        type=int,
+        help="Horovod ranks per instance (--distribution mpi only; default: one per GPU)",
+    )
+    p.add_argument(
+        "--custom-mpi-options",
+        metavar="OPTIONS",
+        help="the SDK's custom_mpi_options, passed to horovodrun --mpi-args (--distribution mpi "
+        "only); write --custom-mpi-options='-x NCCL_DEBUG=INFO' when it starts with -",
+    )
     p.add_argument("--volume-size", type=int, default=50, help="GB of EBS per instance")
     p.add_argument("--max-run", type=int, default=24 * 3600, help="seconds")
     p.add_argument("--job-name", help="default: <base-job-name>-<UTC time>")
@@ -176,12 +256,32 @@ def parse_args(argv):
     p.add_argument("--source-dir", type=Path, help="local code, packed and uploaded to S3")
     p.add_argument("--entry-point", help="the script in --source-dir (SAGEMAKER_PROGRAM)")
     p.add_argument("--code-location", help="s3:// prefix for the source tarball")
-    p.add_argument("--no-job-key", action="store_true", help="let the leader make the SSH key")
+    keys = p.add_mutually_exclusive_group()
+    keys.add_argument(
+        "--ssh-key-in-environment",
+        nargs="?",
+        const=True,
+        type=Path,
+        metavar="KEY_FILE",
+        help=f"opt in to putting an SSH private key in the job's Environment ({SSH_KEY_ENV}): "
+        "a new ed25519 key for this job, or the unencrypted one in KEY_FILE. Not needed: the "
+        "hosts make their SSH trust themselves at start, per job. RISK: DescribeTrainingJob "
+        "returns Environment to anyone allowed to read the job, and the SageMaker console "
+        "shows it, so they can read this key",
+    )
+    # Before the hosts made their own trust, this turned off a key that was sent by default.
+    keys.add_argument("--no-job-key", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--region")
     p.add_argument("--dry-run", action="store_true", help="print the request, create nothing")
     p.add_argument("--wait", action="store_true", help="follow status and logs until the end")
     p.add_argument("--poll", type=float, default=15.0, help="seconds between status checks")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.distribution != "mpi":
+        for name in MPI_ONLY:
+            if getattr(args, name) is not None:
+                flag = "--" + name.replace("_", "-")
+                p.error(f"{flag} is for --distribution mpi, not {args.distribution}")
+    return args
 
 
 def validate(args) -> None:
@@ -201,6 +301,12 @@ def validate(args) -> None:
         raise ToolError("--instance-count must be at least 1")
     if args.processes_per_host is not None and args.processes_per_host < 1:
         raise ToolError("--processes-per-host must be at least 1")
+    if (
+        args.distribution == "torch_distributed"
+        and args.entry_point
+        and not args.entry_point.endswith(".py")
+    ):  # as the SDK's fw_utils.validate_torch_distributed_distribution refuses it
+        raise ToolError("--distribution torch_distributed runs python programs: --entry-point *.py")
     if not 1 <= args.volume_size <= 16384:
         raise ToolError("--volume-size must be 1-16384 GB")
     if args.max_run < 1:
@@ -240,9 +346,7 @@ def build_request(args, region: str, account: str, job_name: str, job_key: str |
         hps["sagemaker_submit_directory"] = f"{code_prefix}/{job_name}/source/sourcedir.tar.gz"
     hps["sagemaker_region"] = region
     hps["sagemaker_job_name"] = job_name
-    if args.processes_per_host:
-        hps["sagemaker_mpi_enabled"] = True
-        hps["sagemaker_mpi_num_of_processes_per_host"] = args.processes_per_host
+    hps.update(distribution_hyperparameters(args))
     if job_key:
         env[SSH_KEY_ENV] = job_key
     channels = [parse_channel(c) for c in args.channel]
@@ -288,7 +392,7 @@ def build_request(args, region: str, account: str, job_name: str, job_key: str |
 def redacted(request: dict) -> dict:
     shown = copy.deepcopy(request)
     if SSH_KEY_ENV in shown.get("Environment", {}):
-        shown["Environment"][SSH_KEY_ENV] = "<a new ed25519 key for this job, not shown>"
+        shown["Environment"][SSH_KEY_ENV] = "<a private key for this job, not shown>"
     return shown
 
 
@@ -382,7 +486,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     if not JOB_NAME_RE.match(job_name):
         raise ToolError(f"job name {job_name!r} is not valid: shorten --base-job-name")
-    job_key = None if args.instance_count == 1 or args.no_job_key else new_job_key()
+    job_key = None  # by default the hosts make their own SSH trust; a key is opt-in
+    if args.ssh_key_in_environment is True:
+        job_key = new_job_key()
+    elif args.ssh_key_in_environment is not None:
+        job_key = given_job_key(args.ssh_key_in_environment)
+    if job_key:
+        say(
+            f"warning: {SSH_KEY_ENV} goes in the job's Environment, which DescribeTrainingJob "
+            "and the console show to anyone who may read the job"
+        )
     request = build_request(args, region, account, job_name, job_key)
     payload = pack_source(args.source_dir) if args.source_dir else None
     if args.dry_run:

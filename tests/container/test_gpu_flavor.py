@@ -145,3 +145,21 @@ all_reduce_perf -h 2>&1 | head -n 5 || true
     assert re.search(r"^MPI libmpi\.so", out, re.M), out  # built with MPI=1
     assert "/opt/nccl-tests/bin/all_reduce_perf" in out
     assert re.search(r"USAGE|usage", out), out
+
+
+def test_a_replaced_entrypoint_still_gets_byoc_init_and_mpi4py(gpu):
+    """SageMaker SDK v3 starts the container with `bash -c ...`: the BASH_ENV hook puts
+    byoc-init back as PID 1; mpi4py (its MPI driver's runner) speaks the image's Open MPI."""
+    c = gpu.start(
+        None,
+        entrypoint=["/bin/bash", "-c"],
+        command=[
+            "tr '\\0' ' ' </proc/1/cmdline; echo; "
+            "python3 -c 'import mpi4py.MPI as M; print(M.Get_library_version().splitlines()[0])'"
+        ],
+    )
+    status = c.wait(timeout=120)["StatusCode"]
+    out = c.logs().decode(errors="replace")
+    assert status == 0, out
+    assert out.startswith("/opt/venv/bin/python3 /opt/venv/bin/byoc-init /bin/bash -c"), out
+    assert "Open MPI" in out, out

@@ -1,4 +1,5 @@
-"""`train` across 2 hosts x 2 slots, as SageMaker runs it: success, failures, SIGTERM, resume."""
+"""`train` across 2 hosts x 2 slots, as SageMaker runs it: success, failures, SIGTERM, resume;
+with each launcher the SDKs ask for (horovodrun for "mpi", torchrun for "torch_distributed")."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import random
 import re
 import struct
+import subprocess
 import threading
 import time
 import uuid
@@ -14,11 +16,15 @@ import uuid
 import pytest
 from byoc.data.framing import recordio_frame
 
+from tests import helpers
 from tests.helpers import wait_until
 from tests.pipe_fake import FakePipe
 
 HOSTS = ["algo-1", "algo-2"]
 FAST = {"samples": "2048", "epochs": "2"}
+LAUNCHERS = ["horovod", "torchrun"]
+# The image's example for each: Horovod, DDP.
+RANK_LINE = re.compile(r"rank (\d)/4 local_rank \d on \S+ host (\S+) device cpu")
 
 
 def sdk_encode(hps: dict) -> dict:
@@ -42,14 +48,17 @@ def job(client, containers, tmp_path):
         (cfg / "inputdataconfig.json").write_text("{}")
         return root
 
-    def start(host, hosts=HOSTS, hps=None, env=None, write_config=True):
-        hps = sdk_encode(
-            {
+    def start(host, hosts=HOSTS, hps=None, env=None, write_config=True, launcher="horovod"):
+        """As the SDK v2 sends distribution={"mpi": {"enabled": True, "processes_per_host": 2}}
+        or {"torch_distributed": {"enabled": True}} (no count: 2 CPU slots by the setting)."""
+        if launcher == "torchrun":
+            distribution = {"sagemaker_torch_distributed_enabled": True}
+        else:
+            distribution = {
                 "sagemaker_mpi_enabled": True,
                 "sagemaker_mpi_num_of_processes_per_host": 2,
-                **(hps or {}),
             }
-        )
+        hps = sdk_encode({**distribution, **(hps or {})})
         root = write(host, hosts, hps) if write_config else tmp_path / host
         c = containers.start(
             ["train"],
@@ -57,6 +66,7 @@ def job(client, containers, tmp_path):
             environment={
                 "BYOC_LEADER_TIMEOUT": "120",
                 "BYOC_LEADER_LOST_AFTER": "20",
+                "BYOC_CPU_SLOTS_PER_HOST": "2",
                 **(env or {}),
             },
             network=network.name,
@@ -68,19 +78,7 @@ def job(client, containers, tmp_path):
 
     def wait_all(timeout):
         """{host: (exit code, seconds since the first start)}"""
-        t0 = time.monotonic()
-        results = {}
-
-        def waiter(h, c):
-            code = c.wait(timeout=timeout)["StatusCode"]
-            results[h] = (code, time.monotonic() - t0)
-
-        threads = [threading.Thread(target=waiter, args=hc) for hc in started.items()]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout + 5)
-        return results
+        return helpers.wait_all(started, timeout)
 
     class Job:
         pass
@@ -98,28 +96,38 @@ def logs(c) -> str:
     return c.logs().decode(errors="replace")
 
 
-def test_two_hosts_train_and_exit_together(job):
-    leader, ml1 = job.start("algo-1", hps=FAST)
-    worker, ml2 = job.start("algo-2", hps=FAST)
+def check_ranks(out: str) -> None:
+    """World size 4, ranks 0-1 on algo-1 and 2-3 on algo-2, each seeing its own host: no
+    silent collapse onto one node."""
+    placed = {int(rank): host for rank, host in RANK_LINE.findall(out)}
+    assert placed == {0: "algo-1", 1: "algo-1", 2: "algo-2", 3: "algo-2"}, out
+    for rank in range(4):
+        assert f"rank {rank}: done" in out, out
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_two_hosts_train_and_exit_together(job, launcher):
+    leader, ml1 = job.start("algo-1", hps=FAST, launcher=launcher)
+    worker, ml2 = job.start("algo-2", hps=FAST, launcher=launcher)
     results = job.wait_all(timeout=300)
     out = logs(leader)
     assert results["algo-1"][0] == 0, out + logs(worker)
     assert results["algo-2"][0] == 0, logs(worker)
     assert abs(results["algo-1"][1] - results["algo-2"][1]) < 10, results
-    for rank in range(4):
-        assert f"rank {rank}: done" in out, out
-    # Ranks 2 and 3 run on algo-2 and see its own SM_CURRENT_HOST.
-    assert "rank 2/4" in out and "host algo-2" in out, out
+    # horovodrun brings every rank's output to the leader; torchrun leaves it on each host.
+    check_ranks(out + logs(worker))
+    assert f"launcher {launcher}" in out
     assert (ml1 / "model" / "model.pt").is_file()
     assert list((ml2 / "model").iterdir()) == []  # written once, by rank 0
     assert (ml1 / "output" / "success").exists() and (ml2 / "output" / "success").exists()
     assert '"epoch": 1' in out
 
 
-def test_exception_on_rank_3_fails_both_hosts_quickly_with_its_cause(job):
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_exception_on_rank_3_fails_both_hosts_quickly_with_its_cause(job, launcher):
     hps = {**FAST, "epochs": "50", "fail_on_rank": "3"}
-    leader, ml1 = job.start("algo-1", hps=hps)
-    worker, ml2 = job.start("algo-2", hps=hps)
+    leader, ml1 = job.start("algo-1", hps=hps, launcher=launcher)
+    worker, ml2 = job.start("algo-2", hps=hps, launcher=launcher)
     results = job.wait_all(timeout=120)
     assert results["algo-1"][0] != 0 and results["algo-2"][0] != 0, results
     assert max(t for _, t in results.values()) < 90, results
@@ -131,12 +139,34 @@ def test_exception_on_rank_3_fails_both_hosts_quickly_with_its_cause(job):
     assert not (ml1 / "output" / "success").exists()
 
 
-def test_worker_that_never_starts_fails_the_leader_naming_it(job):
-    leader, ml1 = job.start("algo-1", env={"BYOC_DNS_TIMEOUT": "10", "BYOC_PEER_TIMEOUT": "10"})
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_worker_that_never_starts_fails_the_leader_naming_it(job, launcher):
+    leader, ml1 = job.start("algo-1", env={"BYOC_PEER_TIMEOUT": "10"}, launcher=launcher)
     results = job.wait_all(timeout=90)
     code, took = results["algo-1"]
     assert code != 0 and took < 60, (results, logs(leader))
-    assert "algo-2" in (ml1 / "output" / "failure").read_text()
+    failure = (ml1 / "output" / "failure").read_text()
+    assert "algo-2 did not join the job within 10 s" in failure, failure
+
+
+@pytest.mark.parametrize("given_key", [False, True], ids=["keys-made-at-start", "given-key"])
+def test_worker_waits_for_a_leader_that_starts_late(job, tmp_path, given_key):
+    """The leader may spend minutes downloading code or installing requirements: a worker waits
+    for it up to BYOC_LEADER_TIMEOUT, far longer than BYOC_LEADER_LOST_AFTER, with a key handed
+    in (make launch --ssh-key-in-environment) as without."""
+    env = {"BYOC_LEADER_LOST_AFTER": "3"}
+    if given_key:
+        key = tmp_path / "job_key"
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+        env["BYOC_SSH_PRIVATE_KEY"] = key.read_text()
+    hps = {"samples": "256", "epochs": "1"}
+    worker, _ = job.start("algo-2", hps=hps, env=env)
+    wait_until(lambda: "waiting for the leader algo-1" in logs(worker), 60, what="worker up")
+    time.sleep(8)  # the point of the test: the leader comes well after LEADER_LOST_AFTER (3 s)
+    leader, ml1 = job.start("algo-1", hps=hps, env=env)
+    results = job.wait_all(timeout=240)
+    assert results["algo-1"][0] == 0 and results["algo-2"][0] == 0, logs(leader) + logs(worker)
+    assert (ml1 / "output" / "success").exists()
 
 
 @pytest.mark.parametrize("broken", ["hyperparameters.json", "resourceconfig.json"])
@@ -150,10 +180,11 @@ def test_malformed_config_file_gives_clear_message(job, broken):
     assert f"{broken} is not valid JSON" in (root / "output" / "failure").read_text()
 
 
-def test_sigterm_mid_training_stops_fast_and_rerun_resumes(job):
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_sigterm_mid_training_stops_fast_and_rerun_resumes(job, launcher):
     hps = {**FAST, "epochs": "30", "epoch_sleep": "1"}
-    leader, ml1 = job.start("algo-1", hps=hps)
-    worker, ml2 = job.start("algo-2", hps=hps)
+    leader, ml1 = job.start("algo-1", hps=hps, launcher=launcher)
+    worker, ml2 = job.start("algo-2", hps=hps, launcher=launcher)
     checkpoint = ml1 / "checkpoints" / "checkpoint.pt"
     wait_until(checkpoint.exists, timeout=240, what="first checkpoint")
     t0 = time.monotonic()
@@ -175,8 +206,8 @@ def test_sigterm_mid_training_stops_fast_and_rerun_resumes(job):
         c.remove(force=True)
     job.started.clear()
     rerun = {**FAST, "epochs": "30"}
-    leader, _ = job.start("algo-1", hps=rerun)
-    job.start("algo-2", hps=rerun)
+    leader, _ = job.start("algo-1", hps=rerun, launcher=launcher)
+    job.start("algo-2", hps=rerun, launcher=launcher)
     results = job.wait_all(timeout=300)
     out = logs(leader)
     assert results["algo-1"][0] == 0 and results["algo-2"][0] == 0, out

@@ -82,6 +82,21 @@ def test_horovod_allreduce_of_cuda_tensors_on_every_gpu(gpus):
     assert "CUDA_ALLREDUCE_OK" in result.stdout
 
 
+# One short epoch of an example with AMP, its files in the container's /tmp.
+SHORT_AMP_RUN = [
+    "--epochs",
+    "1",
+    "--amp",
+    "true",
+    "--samples",
+    "4096",
+    "--model-dir",
+    "/tmp/model",
+    "--checkpoint-dir",
+    "/tmp/ckpt",
+]
+
+
 def test_example_training_step_on_gpu_with_amp(gpus):
     result = docker_run(
         "horovodrun",
@@ -91,20 +106,25 @@ def test_example_training_step_on_gpu_with_amp(gpus):
         f"localhost:{gpus}",
         "python",
         "/opt/byoc/examples/train_synthetic.py",
-        "--epochs",
-        "1",
-        "--amp",
-        "true",
-        "--samples",
-        "4096",
-        "--model-dir",
-        "/tmp/model",
-        "--checkpoint-dir",
-        "/tmp/ckpt",
+        *SHORT_AMP_RUN,
     )
     out = result.stdout + result.stderr
     assert result.returncode == 0, out
     assert "device cuda" in out and '"epoch": 0' in out, out
+
+
+def test_ddp_example_under_torchrun_on_every_gpu_with_amp(gpus):
+    """The torchrun launcher's program: NCCL process group, one GPU per rank, AMP."""
+    result = docker_run(
+        "torchrun",
+        "--standalone",
+        f"--nproc-per-node={gpus}",
+        "/opt/byoc/examples/train_ddp.py",
+        *SHORT_AMP_RUN,
+    )
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out
+    assert f"rank 0/{gpus}" in out and "device cuda:0" in out and '"epoch": 0' in out, out
 
 
 def test_horovod_and_torch_report_the_same_nccl(gpus):

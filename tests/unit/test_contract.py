@@ -8,7 +8,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from byoc import code, config, environment, plan, report
+from byoc import code, config, environment, plan, report, settings
 from byoc import constants as C
 
 
@@ -164,9 +164,20 @@ def test_sm_variables(tmp_path):
     assert merged["SM_MODEL_DIR"] == "/mine" and merged["PATH"] == "/bin"
 
 
+def make_plan(cfg, program, num_gpus, env=None, launcher="horovod", interface=None):
+    return plan.make_plan(
+        cfg,
+        program,
+        launcher=launcher,
+        num_gpus=num_gpus,
+        settings=settings.load(env or {}),
+        interface=interface,
+    )
+
+
 def test_plan_multi_host_with_sdk_mpi_options(tmp_path):
     cfg = config.load(make_tree(tmp_path, hps=SDK_HPS))
-    p = plan.make_plan(cfg, ["python", "train.py"], num_gpus=8, env={})
+    p = make_plan(cfg, ["python", "train.py"], num_gpus=8, interface="eth0")
     assert p.role == "leader" and p.slots == 4 and p.world_size == 8
     assert p.command == [
         "horovodrun",
@@ -182,6 +193,9 @@ def test_plan_multi_host_with_sdk_mpi_options(tmp_path):
         "eth0",
         "--mpi-args",
         "-x FOO=1",
+        sys.executable,
+        "-m",
+        "byoc.rank",
         "python",
         "train.py",
     ]
@@ -189,18 +203,18 @@ def test_plan_multi_host_with_sdk_mpi_options(tmp_path):
 
 def test_plan_slots_default_to_gpus_then_cpu_setting(tmp_path):
     cfg = config.load(make_tree(tmp_path, current="algo-2"))
-    assert plan.make_plan(cfg, ["x"], num_gpus=8, env={}).slots == 8
-    assert plan.make_plan(cfg, ["x"], num_gpus=0, env={}).slots == 1
-    worker = plan.make_plan(cfg, ["x"], num_gpus=0, env={C.CPU_SLOTS_ENV: "3"})
+    assert make_plan(cfg, ["x"], num_gpus=8).slots == 8
+    assert make_plan(cfg, ["x"], num_gpus=0).slots == 1
+    worker = make_plan(cfg, ["x"], num_gpus=0, env={C.CPU_SLOTS_ENV: "3"})
     assert worker.role == "worker" and worker.slots == 3
-    with pytest.raises(config.ConfigError, match="BYOC_CPU_SLOTS_PER_HOST"):
-        plan.make_plan(cfg, ["x"], num_gpus=0, env={C.CPU_SLOTS_ENV: "zero"})
+    with pytest.raises(settings.SettingsError, match="BYOC_CPU_SLOTS_PER_HOST='zero'"):
+        make_plan(cfg, ["x"], num_gpus=0, env={C.CPU_SLOTS_ENV: "zero"})
 
 
 def test_single_host_needs_no_ssh(tmp_path):
     cfg = config.load(make_tree(tmp_path, hosts=["algo-1"]))
-    assert plan.make_plan(cfg, ["python", "t.py"], num_gpus=0, env={}).command == ["python", "t.py"]
-    multi = plan.make_plan(cfg, ["python", "t.py"], num_gpus=2, env={})
+    assert make_plan(cfg, ["python", "t.py"], num_gpus=0).command == ["python", "t.py"]
+    multi = make_plan(cfg, ["python", "t.py"], num_gpus=2)
     assert multi.command[:5] == ["horovodrun", "-np", "2", "-H", "algo-1:2"]
     assert "-p" not in multi.command
 

@@ -405,6 +405,14 @@ def test_topology_from_horovodrun_environments():
         "OMPI_COMM_WORLD_LOCAL_SIZE": "4",
     }
     assert dataset.topology(mpi) == Topology(2, 8, 2, 4, 0, 2)
+    torchrun = {
+        "RANK": "5",
+        "WORLD_SIZE": "8",
+        "LOCAL_RANK": "1",
+        "LOCAL_WORLD_SIZE": "4",
+        "GROUP_RANK": "1",
+    }
+    assert dataset.topology(torchrun) == Topology(5, 8, 1, 4, 1, 2)
     assert dataset.topology({}) == Topology()
     with pytest.raises(ChannelError, match="HOROVOD_RANK='x' is not a number"):
         dataset.topology({"HOROVOD_RANK": "x", "HOROVOD_SIZE": "2"})

@@ -207,6 +207,7 @@ def test_hyperparameters_are_encoded_as_the_sdk_does_and_decode_back(aws_env, so
         "sagemaker_job_name": '"byoc-test-job"',
         "sagemaker_mpi_enabled": "true",
         "sagemaker_mpi_num_of_processes_per_host": "8",
+        "sagemaker_mpi_custom_mpi_options": '""',
     }
     # ... which the image's entrypoint decodes to the values given.
     decoded = {k: entry_config.decode_hyperparameter(v) for k, v in hps.items()}
@@ -223,19 +224,164 @@ def test_source_tarball_in_s3_has_the_sdk_layout(aws_env, source, sent):
         assert tar.extractfile("train.py").read() == b"print('hi')\n"
 
 
-def test_multi_instance_jobs_get_their_own_ssh_key(aws_env, source, sent):
+def without(args, *flags):
+    """args less each flag and its value."""
+    out = list(args)
+    for flag in flags:
+        i = out.index(flag)
+        del out[i : i + 2]
+    return out
+
+
+# What sagemaker.pytorch.PyTorch(image_uri=..., distribution=...) adds to the hyperparameters
+# (SDK v2.257.7: estimator.py Framework._distribution_configuration, pytorch/estimator.py
+# PyTorch._pytorch_distribution_configuration), JSON-encoded as PyTorch.hyperparameters() does.
+SDK_DISTRIBUTION_HPS = {
+    # {"mpi": {"enabled": True, "processes_per_host": 8}}
+    ("mpi", "8", None): {
+        "sagemaker_mpi_enabled": "true",
+        "sagemaker_mpi_num_of_processes_per_host": "8",
+        "sagemaker_mpi_custom_mpi_options": '""',
+    },
+    # {"mpi": {"enabled": True}}
+    ("mpi", None, None): {
+        "sagemaker_mpi_enabled": "true",
+        "sagemaker_mpi_custom_mpi_options": '""',
+    },
+    # {"mpi": {"enabled": True, "processes_per_host": 4, "custom_mpi_options": "-x A=1"}}
+    ("mpi", "4", "-x A=1"): {
+        "sagemaker_mpi_enabled": "true",
+        "sagemaker_mpi_num_of_processes_per_host": "4",
+        "sagemaker_mpi_custom_mpi_options": '"-x A=1"',
+    },
+    # {"torch_distributed": {"enabled": True}}
+    ("torch_distributed", None, None): {
+        "sagemaker_torch_distributed_enabled": "true",
+        "sagemaker_instance_type": '"ml.p4d.24xlarge"',
+    },
+    # distribution=None
+    ("none", None, None): {},
+}
+NOT_DISTRIBUTION = {
+    "sagemaker_program": '"train.py"',
+    "sagemaker_submit_directory": f'"s3://{BUCKET}/byoc-test-job/source/sourcedir.tar.gz"',
+    "sagemaker_region": '"us-east-1"',
+    "sagemaker_job_name": '"byoc-test-job"',
+}
+
+
+def distribution_args(source, distribution, processes, mpi_options):
+    args = without(full_args(source), "--processes-per-host", *(["--hp"] * 5))
+    if distribution is not None:
+        args += ["--distribution", distribution]
+    if processes is not None:
+        args += ["--processes-per-host", processes]
+    if mpi_options is not None:
+        args.append(f"--custom-mpi-options={mpi_options}")
+    return args
+
+
+@pytest.mark.parametrize(("distribution", "processes", "mpi_options"), list(SDK_DISTRIBUTION_HPS))
+def test_each_distribution_sends_the_sdks_hyperparameters(
+    aws_env, source, sent, capsys, distribution, processes, mpi_options
+):
+    expected = {**NOT_DISTRIBUTION, **SDK_DISTRIBUTION_HPS[distribution, processes, mpi_options]}
+    args = distribution_args(source, distribution, processes, mpi_options)
+    assert launch.main([*args, "--dry-run"]) == 0
+    assert json.loads(capsys.readouterr().out)["HyperParameters"] == expected
+    assert launch.main(args) == 0
+    assert sent["HyperParameters"] == expected
+    job = boto3.client("sagemaker").describe_training_job(TrainingJobName="byoc-test-job")
+    assert job["HyperParameters"] == expected
+
+
+def test_mpi_is_the_default_distribution(aws_env, source, capsys):
+    args = distribution_args(source, None, None, None)
+    assert "--distribution" not in args
+    assert launch.main([*args, "--dry-run"]) == 0
+    hps = json.loads(capsys.readouterr().out)["HyperParameters"]
+    assert hps == {**NOT_DISTRIBUTION, **SDK_DISTRIBUTION_HPS["mpi", None, None]}
+
+
+def test_an_unknown_distribution_is_refused(aws_env, source, capsys):
+    with pytest.raises(SystemExit) as exc:
+        launch.main([*full_args(source), "--distribution", "horovod", "--dry-run"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--distribution: invalid choice: 'horovod'" in err
+    assert "mpi" in err and "torch_distributed" in err and "none" in err
+
+
+@pytest.mark.parametrize("distribution", ["torch_distributed", "none"])
+@pytest.mark.parametrize(
+    ("flags", "flag"),
+    [
+        (["--processes-per-host", "8"], "--processes-per-host"),
+        (["--custom-mpi-options=-x A=1"], "--custom-mpi-options"),
+    ],
+)
+def test_mpi_only_options_are_refused_for_other_distributions(
+    aws_env, source, capsys, distribution, flags, flag
+):
+    args = [*without(full_args(source), "--processes-per-host"), *flags]
+    with pytest.raises(SystemExit) as exc:
+        launch.main([*args, "--distribution", distribution])
+    assert exc.value.code == 2
+    assert f"{flag} is for --distribution mpi, not {distribution}" in capsys.readouterr().err
+    assert boto3.client("sagemaker").list_training_jobs()["TrainingJobSummaries"] == []
+
+
+def test_torch_distributed_runs_python_entry_points_as_the_sdk_requires(aws_env, source, capsys):
+    (source / "train.sh").write_text("echo hi\n")
+    args = without(full_args(source), "--processes-per-host", "--entry-point")
+    args += ["--entry-point", "train.sh", "--distribution", "torch_distributed"]
+    assert common.run(launch.main, args) == 2
+    assert "--entry-point *.py" in capsys.readouterr().err
+
+
+def test_no_ssh_key_in_the_environment_by_default(aws_env, source, sent, capsys):
+    assert launch.main(full_args(source)) == 0  # two instances
+    assert sent["Environment"] == {"NCCL_DEBUG": "INFO"}
+    job = boto3.client("sagemaker").describe_training_job(TrainingJobName="byoc-test-job")
+    assert launch.SSH_KEY_ENV not in job.get("Environment", {})
+    sent.clear()
+    assert launch.main(without(full_args(source, "job-b"), "--env")) == 0
+    assert "Environment" not in sent  # nothing else asked for one
+    # The flag that used to turn the key off is still accepted.
+    sent.clear()
+    assert launch.main([*full_args(source, "job-c"), "--no-job-key"]) == 0
+    assert launch.SSH_KEY_ENV not in sent["Environment"]
+    assert "PRIVATE KEY" not in capsys.readouterr().err
+
+
+def test_ssh_key_in_environment_is_an_opt_in_with_a_warning(aws_env, source, sent, capsys):
     from cryptography.hazmat.primitives.serialization import load_ssh_private_key
 
-    assert launch.main(full_args(source, "job-a")) == 0
+    assert launch.main([*full_args(source, "job-a"), "--ssh-key-in-environment"]) == 0
     first = sent["Environment"][launch.SSH_KEY_ENV]
     load_ssh_private_key(first.encode(), password=None)  # a usable, unencrypted key
-    assert launch.main(full_args(source, "job-b")) == 0
-    assert sent["Environment"][launch.SSH_KEY_ENV] != first
-    one = full_args(source, "job-c")
-    one[one.index("--instance-count") + 1] = "1"
-    sent.clear()
-    assert launch.main(one) == 0
-    assert launch.SSH_KEY_ENV not in sent.get("Environment", {})
+    assert sent["Environment"]["NCCL_DEBUG"] == "INFO"
+    assert "DescribeTrainingJob" in capsys.readouterr().err
+    assert launch.main([*full_args(source, "job-b"), "--ssh-key-in-environment"]) == 0
+    assert sent["Environment"][launch.SSH_KEY_ENV] != first  # a new key for each job
+
+
+def test_ssh_key_in_environment_takes_a_given_key(aws_env, source, sent, tmp_path, capsys):
+    key = tmp_path / "id_ed25519"
+    key.write_text(launch.new_job_key())
+    assert launch.main([*full_args(source), "--ssh-key-in-environment", str(key)]) == 0
+    assert sent["Environment"][launch.SSH_KEY_ENV] == key.read_text()
+    (tmp_path / "not_a_key").write_text("hello\n")
+    args = [*full_args(source, "job-b"), "--ssh-key-in-environment", str(tmp_path / "not_a_key")]
+    assert common.run(launch.main, args) == 2
+    assert "not an unencrypted private key" in capsys.readouterr().err
+
+
+def test_ssh_key_options_do_not_go_together(aws_env, source, capsys):
+    with pytest.raises(SystemExit) as exc:
+        launch.main([*full_args(source), "--ssh-key-in-environment", "--no-job-key"])
+    assert exc.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
 
 
 def test_dry_run_prints_the_request_and_creates_nothing(aws_env, source, capsys):
@@ -243,10 +389,15 @@ def test_dry_run_prints_the_request_and_creates_nothing(aws_env, source, capsys)
     out = capsys.readouterr().out
     request = json.loads(out)
     assert request["TrainingJobName"] == "byoc-test-job"
-    assert "not shown" in request["Environment"][launch.SSH_KEY_ENV]
-    assert "PRIVATE KEY" not in out
+    assert launch.SSH_KEY_ENV not in request["Environment"]
+    assert request["HyperParameters"]["sagemaker_mpi_enabled"] == "true"
     assert boto3.client("sagemaker").list_training_jobs()["TrainingJobSummaries"] == []
     assert boto3.client("s3").list_buckets()["Buckets"] == []
+    # An opted-in key is not printed.
+    assert launch.main([*full_args(source), "--dry-run", "--ssh-key-in-environment"]) == 0
+    out = capsys.readouterr().out
+    assert "not shown" in json.loads(out)["Environment"][launch.SSH_KEY_ENV]
+    assert "PRIVATE KEY" not in out
 
 
 def test_wait_follows_status_and_logs_to_the_jobs_result(aws_env, source, capsys):

@@ -74,10 +74,11 @@ def _env_int(env: dict[str, str], *names: str) -> int | None:
 
 
 def topology(env: dict[str, str] | None = None) -> Topology:
-    """This process's place in the job, from horovodrun's environment (or Horovod, or alone)."""
+    """This process's place in the job, from horovodrun's, mpirun's or torchrun's environment
+    (or Horovod, or alone)."""
     env = dict(os.environ if env is None else env)
-    rank = _env_int(env, "HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
-    size = _env_int(env, "HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
+    rank = _env_int(env, "HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "RANK")
+    size = _env_int(env, "HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "WORLD_SIZE")
     if rank is None or size is None:
         try:
             import horovod.torch as hvd
@@ -94,12 +95,14 @@ def topology(env: dict[str, str] | None = None) -> Topology:
         except ImportError:
             pass
         return Topology()
-    local_rank = _env_int(env, "HOROVOD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK")
-    local_size = _env_int(env, "HOROVOD_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE")
+    local_rank = _env_int(env, "HOROVOD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "LOCAL_RANK")
+    local_size = _env_int(
+        env, "HOROVOD_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_WORLD_SIZE"
+    )
     if local_rank is None or local_size is None:
         local_rank, local_size = rank, size  # no word on hosts: take it as one host
-    # horovodrun places ranks host by host, the same number on each.
-    host_rank = _env_int(env, "HOROVOD_CROSS_RANK")
+    # horovodrun and torchrun place ranks host by host, the same number on each.
+    host_rank = _env_int(env, "HOROVOD_CROSS_RANK", "GROUP_RANK")
     host_count = _env_int(env, "HOROVOD_CROSS_SIZE")
     if host_rank is None or host_count is None:
         host_rank, host_count = rank // local_size, max(1, size // local_size)

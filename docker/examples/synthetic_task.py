@@ -1,0 +1,136 @@
+"""What the example training scripts share: options, data, model, checkpoints, printed lines.
+
+train_synthetic.py (Horovod) and train_ddp.py (torch.distributed) import it from their own
+directory, which Python puts first on sys.path when it runs a script (`python train_x.py`,
+horovodrun, torchrun). Both train the same model on the same generated data, write checkpoints
+of the same format (the plain module's state_dict, the optimizer's, the epoch) and print the
+same lines, which the container tests grep.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+import torch
+from torch.utils.data import TensorDataset
+
+
+def str2bool(value: str) -> bool:
+    # SageMaker passes booleans as True/False strings: argparse's type=bool would take "False".
+    if value.lower() in ("true", "1", "yes"):
+        return True
+    if value.lower() in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"not a boolean: {value!r}")
+
+
+def parser(description: str) -> argparse.ArgumentParser:
+    """The options both scripts take, in both spellings (SageMaker passes --key value as given)."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--batch-size", "--batch_size", type=int, default=64)
+    p.add_argument("--lr", type=float, default=0.01, help="per-process LR (scaled by size)")
+    p.add_argument("--samples", type=int, default=8192)
+    p.add_argument("--features", type=int, default=32)
+    p.add_argument("--hidden", type=int, default=64)
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--amp", type=str2bool, default=False)
+    p.add_argument(
+        "--epoch-sleep",
+        "--epoch_sleep",
+        type=float,
+        default=0.0,
+        help="seconds to sleep per epoch (tests use it to stop a job mid-training)",
+    )
+    p.add_argument(
+        "--fail-on-rank",
+        "--fail_on_rank",
+        type=int,
+        default=-1,
+        help="raise on this rank after the first step (tests of failure handling)",
+    )
+    p.add_argument("--model-dir", default=os.environ.get("SM_MODEL_DIR", "/opt/ml/model"))
+    p.add_argument(
+        "--checkpoint-dir", default=os.environ.get("SM_CHECKPOINT_DIR", "/opt/ml/checkpoints")
+    )
+    return p
+
+
+def make_data(args: argparse.Namespace) -> TensorDataset:
+    """A fixed random linear map with noise: the same data for a seed, on every rank."""
+    g = torch.Generator().manual_seed(args.seed)
+    x = torch.randn(args.samples, args.features, generator=g)
+    w = torch.randn(args.features, 1, generator=g)
+    y = x @ w + 0.01 * torch.randn(args.samples, 1, generator=g)
+    return TensorDataset(x, y)
+
+
+def make_model(args: argparse.Namespace) -> torch.nn.Module:
+    return torch.nn.Sequential(
+        torch.nn.Linear(args.features, args.hidden),
+        torch.nn.ReLU(),
+        torch.nn.Linear(args.hidden, 1),
+    )
+
+
+def print_start(rank: int, size: int, local_rank: int, device: torch.device) -> None:
+    print(
+        f"rank {rank}/{size} local_rank {local_rank} on {os.uname().nodename} "
+        f"host {os.environ.get('SM_CURRENT_HOST', '?')} device {device}",
+        flush=True,
+    )
+
+
+def after_step(args: argparse.Namespace, rank: int, first: bool) -> None:
+    """The per-step test hooks: the first-step line, then --fail-on-rank."""
+    if first:
+        print(f"rank {rank}: first step done", flush=True)
+    if rank == args.fail_on_rank:
+        raise RuntimeError(f"deliberate failure on rank {rank} (--fail-on-rank)")
+
+
+def print_epoch(epoch: int, loss: float, samples_per_s: float) -> None:
+    """The per-epoch JSON line (rank 0): loss averaged over ranks, samples/s summed."""
+    print(
+        json.dumps(
+            {"epoch": epoch, "loss": round(loss, 6), "samples_per_s": round(samples_per_s, 1)}
+        ),
+        flush=True,
+    )
+
+
+def save_checkpoint(path: Path, model, optimizer, epoch: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save(
+        {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}, tmp
+    )
+    os.replace(tmp, path)  # atomic: a stop mid-write never leaves a torn checkpoint
+
+
+def load_checkpoint(path: Path) -> dict | None:
+    """The checkpoint at path with its tensors on the CPU, or None; says it resumes from it."""
+    if not path.exists():
+        return None
+    state = torch.load(path, map_location="cpu")
+    print(f"resumed from {path} at epoch {state['epoch'] + 1}", flush=True)
+    return state
+
+
+def restore(state: dict | None, model, optimizer) -> int:
+    """Loads a checkpoint from load_checkpoint into model and optimizer: the epoch to start at."""
+    if state is None:
+        return 0
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    return state["epoch"] + 1
+
+
+def save_model(model_dir: str, model) -> None:
+    path = Path(model_dir) / "model.pt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(model.state_dict(), path)
+    print(f"saved {path}", flush=True)

@@ -1,0 +1,112 @@
+"""Example PyTorch DDP training on generated data (the Horovod example's task, torch.distributed).
+
+The same small MLP and the same generated data as train_synthetic.py, with what both share in
+synthetic_task.py beside it. Shows what a real DDP script needs: env:// initialisation (torchrun
+sets MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK, LOCAL_RANK), NCCL on GPUs and Gloo on CPUs,
+one device per process, DistributedSampler sharding with set_epoch, LR scaled by the world size,
+optional AMP (CUDA), logs and checkpoints on rank 0 only, a checkpoint every epoch in
+SM_CHECKPOINT_DIR (/opt/ml/checkpoints) and resume from it at start (rank 0 reads it and
+broadcasts it, as in a multi-host job only rank 0's host has it), the final model in
+SM_MODEL_DIR.
+
+Run it with torchrun, e.g. `torchrun --nproc-per-node 2 train_ddp.py --epochs 1`; in the image,
+`train` runs it for SageMaker's torch_distributed. A plain `python train_ddp.py` runs one process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+import synthetic_task as task
+import torch
+import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler
+
+
+def parse_args() -> argparse.Namespace:
+    return task.parser(__doc__.splitlines()[0]).parse_args()
+
+
+@record  # torchrun's failure summary then shows a rank's exception, not only its exit code
+def main() -> None:
+    args = parse_args()
+    if "WORLD_SIZE" not in os.environ:  # not under torchrun: a world of one
+        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", "29500")
+    use_cuda = torch.cuda.is_available()
+    local_rank = int(os.environ["LOCAL_RANK"])
+    if use_cuda:
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)  # before NCCL's first collective: one GPU per process
+    else:
+        device = torch.device("cpu")
+        torch.set_num_threads(1)  # several ranks share the host's cores
+    dist.init_process_group(backend="nccl" if use_cuda else "gloo")  # env://
+    rank, size = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(args.seed)
+
+    dataset = task.make_data(args)
+    sampler = DistributedSampler(
+        dataset, num_replicas=size, rank=rank, shuffle=True, seed=args.seed
+    )
+    loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler)
+
+    model = task.make_model(args).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * size, momentum=0.9)
+
+    # Rank 0 reads the checkpoint (only its host has it in a multi-host job) and sends it, with
+    # its tensors on the CPU, to every rank; each loads it before DDP wraps the model.
+    checkpoint = Path(args.checkpoint_dir) / "checkpoint.pt"
+    state = [task.load_checkpoint(checkpoint) if rank == 0 else None]
+    dist.broadcast_object_list(state, src=0, device=device)
+    start_epoch = task.restore(state[0], model, optimizer)
+    del state
+
+    ddp = DistributedDataParallel(model, device_ids=[local_rank] if use_cuda else None)
+    amp = args.amp and use_cuda
+    scaler = torch.amp.GradScaler("cuda", enabled=amp)
+    loss_fn = torch.nn.MSELoss()
+    task.print_start(rank, size, local_rank, device)
+
+    for epoch in range(start_epoch, args.epochs):
+        sampler.set_epoch(epoch)  # a different shuffle each epoch, the same on every rank
+        ddp.train()
+        start, seen, total = time.perf_counter(), 0, 0.0
+        for step, (xb, yb) in enumerate(loader):
+            x, y = xb.to(device, non_blocking=True), yb.to(device, non_blocking=True)
+            optimizer.zero_grad()
+            with torch.autocast(device.type, enabled=amp):
+                loss = loss_fn(ddp(x), y)
+            scaler.scale(loss).backward()  # DDP averages the gradients over ranks here
+            scaler.step(optimizer)
+            scaler.update()
+            seen += len(x)
+            total += loss.item() * len(x)
+            task.after_step(args, rank, first=step == 0 and epoch == start_epoch)
+        stats = torch.tensor(
+            [total / max(seen, 1), seen / (time.perf_counter() - start)],
+            dtype=torch.float64,
+            device=device,
+        )
+        dist.all_reduce(stats)  # sums; Gloo has no ReduceOp.AVG
+        if rank == 0:
+            task.print_epoch(epoch, stats[0].item() / size, stats[1].item())
+            task.save_checkpoint(checkpoint, model, optimizer, epoch)
+        if args.epoch_sleep:
+            time.sleep(args.epoch_sleep)
+
+    if rank == 0:
+        task.save_model(args.model_dir, model)  # the plain module: keys without "module."
+    dist.barrier(device_ids=[local_rank] if use_cuda else None)
+    dist.destroy_process_group()
+    print(f"rank {rank}: done", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+"""Launchers: each runs a Plan on this host and returns the exit code and the ranks' failures.
+
+horovod  horovodrun from the leader over SSH (byoc.launch.horovod)
+torchrun torchrun on every host (byoc.launch.torchrun)
+none     the program on every host, no launcher
+sdk      not a launcher of ours: byoc-init's set-up for a platform driver (byoc.launch.sdk)
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from byoc import plan, report
+from byoc.config import JobConfig
+from byoc.errors import Terminated
+from byoc.settings import Settings
+
+
+class Shutdown:
+    """SIGTERM before the job's result is known stops the job; after, it only cuts waits short:
+    a job whose result is known keeps it (compose and the platform stop hosts in any order)."""
+
+    def __init__(self) -> None:
+        self.result_known = False
+        self.requested = threading.Event()
+
+    def on_sigterm(self, signum, frame) -> None:
+        self.requested.set()
+        if not self.result_known:
+            raise Terminated()
+
+
+@dataclass
+class Job:
+    cfg: JobConfig
+    settings: Settings
+    plan: plan.Plan
+    env: dict[str, str]  # the program's environment
+    cwd: Path
+    watcher: report.OutputWatcher = field(default_factory=report.OutputWatcher)
+    shutdown: Shutdown = field(default_factory=Shutdown)
+
+
+def failure_message(
+    failures: list[report.RankFailure], exit_code: int, job: Job, tail: list[str]
+) -> str:
+    cause = report.root_cause(failures)
+    if cause:
+        host = cause.host or plan.rank_host(cause.rank, job.cfg, job.plan.slots)
+        head = f"rank {cause.rank} on {host} raised {cause.exception}"
+        return "\n".join(
+            [f"Training failed: {head} ({report.describe_exit(exit_code)})", "", *cause.traceback]
+        )
+    return f"Training failed with {report.describe_exit(exit_code)}. Last output:\n" + "\n".join(
+        tail[-15:]
+    )

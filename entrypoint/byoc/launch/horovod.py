@@ -1,0 +1,115 @@
+"""horovodrun on the leader, over SSH to the workers; workers serve SSH until the job is over.
+
+leader: coordinator up -> hosts meet (keys swapped) -> trust written, sshd up -> every worker
+        accepts a login -> horovodrun -> "done" with its exit code -> leave once every worker
+        has seen it (bounded)
+worker: meet at the leader (bounded, however late the leader is) -> trust written, sshd up ->
+        poll the leader until "done" -> exit with the job's result
+Workers accept the leader's key only (logins go one way), from the job's addresses only.
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.parse
+
+from byoc import coordinator, peers, procs, ssh
+from byoc.errors import JobError
+from byoc.launch import Job
+from byoc.report import RankFailure, describe_exit
+
+
+def _trust(job: Job, members: list[ssh.Member]) -> None:
+    """Write this host's SSH trust and start its sshd; the sshd process."""
+    port = job.settings.ssh_port
+    try:
+        ssh.write_trust(members, [job.cfg.leader], job.cfg.current_host, port, ssh.JOB_KEY)
+        config = ssh.write_sshd_config(port, ssh.generate_host_keys())
+        return ssh.start_sshd(config)
+    except (ssh.SSHError, OSError) as exc:
+        raise JobError(f"SSH setup on {job.cfg.current_host}: {exc}") from exc
+
+
+def _keys(job: Job) -> dict:
+    try:
+        given = ssh.given_private_key(job.env)
+    except ssh.SSHError as exc:
+        raise JobError(str(exc), 2) from exc
+    return peers.own_keys(job.cfg.current_host, ssh.JOB_KEY, given)
+
+
+def run(job: Job) -> tuple[int, list[RankFailure]]:
+    """This host's exit code and the failures to explain it with (ranks of every host report
+    through horovodrun on the leader)."""
+    if job.plan.role == "single":
+        code = procs.run_watched(job.plan.command, job.env, job.cwd, job.watcher)
+    elif job.plan.role == "worker":
+        code = _worker(job)
+    else:
+        code = _leader(job)
+    return code, job.watcher.failures
+
+
+def _leader(job: Job) -> int:
+    cfg, settings = job.cfg, job.settings
+    workers = cfg.hosts[1:]
+    state = coordinator.JobState(cfg.hosts)
+    server = coordinator.serve(state, settings.coordinator_port)
+    exit_code = 1
+    try:
+        members = peers.lead(state, cfg, _keys(job), settings, job.shutdown.requested)
+        _trust(job, members)
+        deadline = time.monotonic() + settings.peer_timeout
+        for host in workers:
+            try:
+                took = ssh.wait_for_login(host, max(1.0, deadline - time.monotonic()))
+            except ssh.SSHError as exc:
+                raise JobError(f"{exc} (set BYOC_PEER_TIMEOUT to wait longer)") from exc
+            print(f"byoc: {host} accepts SSH ({took:.1f} s)", flush=True)
+        state.set("running")
+        print(f"byoc: launching {' '.join(job.plan.command)}", flush=True)
+        exit_code = procs.run_watched(job.plan.command, job.env, job.cwd, job.watcher)
+        job.shutdown.result_known = True
+        return exit_code
+    finally:
+        state.set("done", exit_code)
+        # Leave as soon as every worker knows the result (bounded: a dead worker cannot hold us).
+        late = state.wait_for(state.missing_done_seen(workers), 15, job.shutdown.requested)
+        if late:
+            print(f"byoc: workers that did not collect the result: {sorted(late)}", flush=True)
+        server.shutdown()
+
+
+def _worker(job: Job) -> int:
+    cfg, settings = job.cfg, job.settings
+    members = peers.follow(cfg, _keys(job), settings)
+    sshd = _trust(job, members)
+    me, leader = cfg.current_host, cfg.leader
+    print(f"byoc: {me} serving SSH on port {settings.ssh_port}; waiting for {leader}", flush=True)
+
+    def over(status: dict) -> bool:
+        if sshd.poll() is not None:
+            raise JobError(f"Worker {me}: sshd exited ({sshd.returncode})")
+        return status.get("state") == "done"
+
+    query = urllib.parse.urlencode({"host": me})
+    try:
+        status = coordinator.poll(
+            leader,
+            settings.coordinator_port,
+            f"/status?{query}",
+            over,
+            appear=settings.leader_timeout,
+            lost_after=settings.leader_lost_after,
+        )
+    except (coordinator.LeaderLost, coordinator.Refused) as exc:
+        raise JobError(f"Worker {me}: {exc}; the job cannot finish") from exc
+    code = int(status["exit_code"] if status.get("exit_code") is not None else 1)
+    job.shutdown.result_known = True
+    if code != 0:
+        raise JobError(
+            f"The job failed on the leader {leader} ({describe_exit(code)}); "
+            "its failure file names the cause",
+            code,
+        )
+    return 0

@@ -1,0 +1,182 @@
+"""What a platform's own driver expects of the image, set up by byoc-init before it runs.
+
+The SageMaker Python SDK v3 (`ModelTrainer` with `source_code`) replaces the image's ENTRYPOINT
+with `bash -c "chmod +x .../sm_drivers/sm_train.sh && .../sm_train.sh"`; the image's BASH_ENV
+hook (docker/bash-env.sh) puts byoc-init back as PID 1 in front of that command. The SDK's MPI
+driver (sm_drivers/distributed_drivers/mpi_driver.py) then starts `/usr/sbin/sshd -D` with the
+default configuration (port 22) and logs in from the leader to every worker and from every
+worker to the leader, with paramiko and OpenSSH, as root, with `~/.ssh/id_*` and host-key checks.
+DLC bakes one key pair into the image for that; here the job's hosts make their own at start:
+
+- host keys where the default sshd looks (/etc/ssh), made now;
+- a client key per host (~/.ssh/id_ed25519, made now unless one is there);
+- the hosts meet at the leader's coordinator (byoc.peers) and swap the public halves;
+- each host accepts every job host's key, only from the job hosts' addresses, and knows their
+  host keys (strict checking, paramiko included through ~/.ssh/known_hosts);
+- sshd's settings as a drop-in its default configuration includes first (byoc.ssh).
+
+Afterwards the leader's coordinator stays up while the driver runs, and a worker's byoc-init
+watches it: the SDK's worker driver waits for the leader's "done" file with no bound, so a
+worker whose leader finished or vanished ends its driver (after SDK_WORKER_GRACE s, enough for
+the driver's own 30 s poll) and exits with the leader's result instead of hanging forever.
+
+BYOC_SSH_TRUST: auto (the SDK's MPI driver only), on (any command in a multi-host job), off.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from byoc import config, coordinator, peers, report, settings, ssh
+from byoc import constants as C
+from byoc.errors import JobError, Terminated
+
+SM_TRAIN = "input/data/sm_drivers/sm_train.sh"
+SDK_SSH_PORT = 22  # the SDK's paramiko and sshd calls use the default port
+SDK_WORKER_GRACE = 60.0  # s a worker's driver gets to end by itself once the leader is done
+
+
+@dataclass
+class Session:
+    """What byoc-init keeps of the set-up while the driver runs."""
+
+    watch: Callable[[int, Callable[[int], None]], None] | None = None  # supervisor.run's
+    finish: Callable[[int], None] | None = None  # called with the driver's exit code
+
+
+def sdk_driver(argv: list[str], root: Path) -> str | None:
+    """Which SDK v3 driver argv runs: "mpi", "torchrun", "other", or None (not the SDK's)."""
+    if not any("sm_drivers/sm_train.sh" in a for a in argv):
+        return None
+    try:
+        script = (root / SM_TRAIN).read_text(errors="replace")
+    except OSError:
+        return "other"
+    if "distributed_drivers/mpi_driver.py" in script:
+        return "mpi"
+    if "distributed_drivers/torchrun_driver.py" in script:
+        return "torchrun"
+    return "other"
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated()
+
+
+def _lead(cfg, keys, the_settings) -> tuple[list[ssh.Member], Session]:
+    state = coordinator.JobState(cfg.hosts)
+    server = coordinator.serve(state, the_settings.coordinator_port)
+    try:
+        members = peers.lead(state, cfg, keys, the_settings)
+        # The workers read the list from here: wait until each has (bounded).
+        late = state.wait_for(state.missing_peers_seen(cfg.hosts[1:]), the_settings.peer_timeout)
+        if late:
+            raise JobError(f"host(s) {', '.join(sorted(late))} never read the job's SSH keys")
+    except BaseException:
+        state.set("done", 1)
+        server.shutdown()
+        raise
+    state.set("running")
+
+    def finish(code: int) -> None:
+        state.set("done", code)
+        state.wait_for(state.missing_done_seen(cfg.hosts[1:]), 15)
+        server.shutdown()
+
+    return members, Session(finish=finish)
+
+
+def _follower(cfg, the_settings, root: Path) -> Session:
+    query = urllib.parse.urlencode({"host": cfg.current_host})
+
+    def watch(pid: int, stop: Callable[[int], None]) -> None:
+        try:
+            status = coordinator.poll(
+                cfg.leader,
+                the_settings.coordinator_port,
+                f"/status?{query}",
+                lambda s: s.get("state") == "done",
+                appear=the_settings.leader_timeout,
+                lost_after=the_settings.leader_lost_after,
+            )
+            code = int(status.get("exit_code") or 0)
+            why = f"the leader {cfg.leader} finished ({report.describe_exit(code)})"
+        except (coordinator.LeaderLost, coordinator.Refused, ValueError) as exc:
+            code, why = 1, str(exc)
+        deadline = time.monotonic() + SDK_WORKER_GRACE
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return  # the driver ended by itself
+            time.sleep(0.5)
+        print(
+            f"byoc-init: {why}, and this host's driver has not ended {SDK_WORKER_GRACE:.0f} s "
+            "later: stopping it",
+            flush=True,
+        )
+        if code:
+            report.write_failure(root, f"The job failed on the leader: {why}")
+        stop(code)
+
+    return Session(watch=watch)
+
+
+def prepare(argv: list[str], env: dict[str, str]) -> Session | tuple[int, str] | None:
+    """Set up what the driver argv runs needs: a Session (or None: nothing to do) to go on,
+    else (exit code, why not)."""
+    root = config.ml_root(env)
+    if not (root / C.RESOURCE_CONFIG).exists():
+        return None  # not a training job
+    try:
+        the_settings = settings.load(env)
+    except settings.SettingsError as exc:
+        return _fail(root, 2, f"Invalid setting: {exc}")
+    driver = sdk_driver(argv, root)
+    if the_settings.ssh_trust == "off" or (the_settings.ssh_trust == "auto" and driver != "mpi"):
+        return None
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        cfg = config.load(root)
+        identity = ssh.home_ssh_dir() / "id_ed25519"
+        keys = peers.own_keys(cfg.current_host, identity)
+        session = Session()
+        if len(cfg.hosts) == 1:
+            me = cfg.current_host
+            addresses = sorted(coordinator.host_addresses(me) | {"127.0.0.1"})
+            members = [ssh.Member(me, addresses, keys["user_key"], keys["host_keys"])]
+        elif cfg.is_leader:
+            members, session = _lead(cfg, keys, the_settings)
+        else:
+            members = peers.follow(cfg, keys, the_settings)
+            session = _follower(cfg, the_settings, root)
+        ssh.write_trust(members, cfg.hosts, cfg.current_host, SDK_SSH_PORT, identity)
+        ssh.write_sshd_dropin(SDK_SSH_PORT, ssh.generate_host_keys())
+        ssh.link_into_home(ssh.KNOWN_HOSTS, "known_hosts")
+    except config.ConfigError as exc:
+        return _fail(root, 2, f"Invalid job configuration: {exc}")
+    except JobError as exc:
+        return _fail(root, exc.exit_code, f"SSH set-up for the SageMaker SDK's driver: {exc}")
+    except (ssh.SSHError, OSError) as exc:
+        return _fail(root, 1, f"SSH set-up for the SageMaker SDK's driver: {exc}")
+    except Terminated:
+        return _fail(root, 143, "Stopped by SIGTERM while the job's hosts set up SSH.")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    print(
+        f"byoc-init: SSH trust for {driver or 'this command'} across {len(cfg.hosts)} host(s): "
+        f"per-job keys, both ways, port {SDK_SSH_PORT}, job hosts only",
+        flush=True,
+    )
+    return session
+
+
+def _fail(root: Path, code: int, message: str) -> tuple[int, str]:
+    report.write_failure(root, message)
+    return code, message

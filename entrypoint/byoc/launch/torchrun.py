@@ -1,0 +1,110 @@
+"""torchrun on every host; the hosts meet at the leader first, and report their results to it.
+
+leader: coordinator up -> every worker has joined (bounded; names the missing) -> "running" ->
+        its own torchrun -> collects the workers' results (bounded) -> the job's result and the
+        root cause among every host's failures
+worker: join at the leader (bounded) -> wait for "running" -> its own torchrun -> report the
+        result to the leader -> exit with its own code
+No SSH: torchrun's rendezvous runs on the leader (--master-addr, BYOC_TORCHRUN_PORT).
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+
+from byoc import constants as C
+from byoc import coordinator, peers, procs, report
+from byoc.errors import JobError
+from byoc.launch import Job
+
+
+def run(job: Job) -> tuple[int, list[report.RankFailure]]:
+    """This host's exit code and the failures to explain it with."""
+    if job.plan.role == "single":
+        code = procs.run_watched(job.plan.command, job.env, job.cwd, job.watcher)
+        return code, job.watcher.failures
+    if job.plan.role == "worker":
+        return _worker(job)
+    return _leader(job)
+
+
+def _mine(job: Job) -> list[report.RankFailure]:
+    for failure in job.watcher.failures:
+        failure.host = job.cfg.current_host
+    return job.watcher.failures
+
+
+def _leader(job: Job) -> tuple[int, list[report.RankFailure]]:
+    cfg, settings = job.cfg, job.settings
+    workers = cfg.hosts[1:]
+    state = coordinator.JobState(cfg.hosts)
+    server = coordinator.serve(state, settings.coordinator_port)
+    code = 1
+    started = False
+    try:
+        peers.lead(state, cfg, peers.own_keys(cfg.current_host, None), settings)
+        state.set("running")
+        started = True
+        print(f"byoc: launching {' '.join(job.plan.command)}", flush=True)
+        code = procs.run_watched(job.plan.command, job.env, job.cwd, job.watcher)
+        job.shutdown.result_known = True
+        late = state.wait_for(
+            state.missing_reports(workers), C.REPORT_TIMEOUT, job.shutdown.requested
+        )
+        if late:
+            print(
+                f"byoc: no result from {sorted(late)} within {C.REPORT_TIMEOUT:.0f} s", flush=True
+            )
+        failures = _mine(job)
+        with state.lock:
+            reports = dict(state.reports)
+        for host, result in sorted(reports.items()):
+            theirs = report.RankFailure.from_dict(result.get("failure"))
+            if theirs:
+                theirs.host = host
+                failures.append(theirs)
+            worst = result.get("exit_code")
+            if code == 0 and isinstance(worst, int) and worst != 0:
+                print(f"byoc: {host} failed ({report.describe_exit(worst)})", flush=True)
+                code = worst
+        return code, failures
+    finally:
+        state.set("done", code)
+        if not started:  # workers still waiting to start learn the result, then leave
+            state.wait_for(state.missing_done_seen(workers), 15, job.shutdown.requested)
+        server.shutdown()
+
+
+def _worker(job: Job) -> tuple[int, list[report.RankFailure]]:
+    cfg, settings = job.cfg, job.settings
+    me, leader, port = cfg.current_host, cfg.leader, settings.coordinator_port
+    peers.follow(cfg, peers.own_keys(me, None), settings)
+    query = urllib.parse.urlencode({"host": me})
+    try:
+        status = coordinator.poll(
+            leader,
+            port,
+            f"/status?{query}",
+            lambda s: s.get("state") in ("running", "done"),
+            appear=settings.leader_timeout,
+            lost_after=settings.leader_lost_after,
+        )
+    except (coordinator.LeaderLost, coordinator.Refused) as exc:
+        raise JobError(f"Worker {me}: {exc}; the job cannot start") from exc
+    if status.get("state") == "done":
+        code = int(status.get("exit_code") or 1)
+        raise JobError(
+            f"The job failed on the leader {leader} before it started "
+            f"({report.describe_exit(code)}); its failure file names the cause",
+            code,
+        )
+    code = procs.run_watched(job.plan.command, job.env, job.cwd, job.watcher)
+    job.shutdown.result_known = True
+    failures = _mine(job)
+    cause = report.root_cause(failures)
+    result = {"host": me, "exit_code": code, "failure": cause.to_dict() if cause else None}
+    try:
+        coordinator.request(leader, port, "/report", result)
+    except (OSError, ValueError) as exc:
+        print(f"byoc: could not report this host's result to {leader}: {exc}", flush=True)
+    return code, failures

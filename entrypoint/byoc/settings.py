@@ -1,0 +1,92 @@
+"""The environment variables `train` and byoc-init read: name, type, bounds, default, in one place.
+
+Read once at start; a bad value stops the job before anything runs (exit 2), with a message that
+names the variable, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from byoc import constants as C
+
+DAY = 86400.0
+
+
+class SettingsError(ValueError):
+    """A variable holds a value the image cannot use; the message names it."""
+
+
+def _seconds(env: dict[str, str], name: str, default: float, high: float = DAY) -> float:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and 0 < value <= high):
+        raise SettingsError(
+            f"{name}={raw!r}: expected a number of seconds, more than 0 and at most {high:g}"
+        )
+    return value
+
+
+def _int(env: dict[str, str], name: str, default: int, low: int, high: int) -> int:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = low - 1
+    if not low <= value <= high:
+        raise SettingsError(f"{name}={raw!r}: expected a whole number from {low} to {high}")
+    return value
+
+
+def _choice(env: dict[str, str], name: str, choices: tuple[str, ...], default: str) -> str:
+    raw = env.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if raw not in choices:
+        raise SettingsError(f"{name}={env[name]!r}: expected one of {', '.join(choices)}")
+    return raw
+
+
+def _port(env: dict[str, str], name: str, default: int) -> int:
+    return _int(env, name, default, 1, 65535)
+
+
+@dataclass(frozen=True)
+class Settings:
+    launcher: str | None  # BYOC_LAUNCHER, None: decided by the hyperparameters
+    cpu_slots: int | None  # BYOC_CPU_SLOTS_PER_HOST, None: the default (1)
+    ssh_port: int
+    coordinator_port: int
+    torchrun_port: int
+    peer_timeout: float
+    leader_timeout: float
+    leader_lost_after: float
+    start_timeout: int  # HOROVOD_START_TIMEOUT, whole seconds as horovodrun takes them
+    term_grace: float
+    ssh_trust: str  # BYOC_SSH_TRUST: auto, on, off
+
+
+def load(env: dict[str, str]) -> Settings:
+    launcher = _choice(env, C.LAUNCHER_ENV, C.LAUNCHERS, "") or None
+    slots = _int(env, C.CPU_SLOTS_ENV, 0, 1, C.MAX_SLOTS_PER_HOST) or None
+    return Settings(
+        launcher=launcher,
+        cpu_slots=slots,
+        ssh_port=_port(env, C.SSH_PORT_ENV, C.DEFAULT_SSH_PORT),
+        coordinator_port=_port(env, C.COORD_PORT_ENV, C.DEFAULT_COORD_PORT),
+        torchrun_port=_port(env, C.TORCHRUN_PORT_ENV, C.DEFAULT_TORCHRUN_PORT),
+        peer_timeout=_seconds(env, C.PEER_TIMEOUT_ENV, C.DEFAULT_PEER_TIMEOUT),
+        leader_timeout=_seconds(env, C.LEADER_TIMEOUT_ENV, C.DEFAULT_LEADER_TIMEOUT),
+        leader_lost_after=_seconds(env, C.LEADER_LOST_ENV, C.DEFAULT_LEADER_LOST),
+        start_timeout=_int(env, C.START_TIMEOUT_ENV, C.DEFAULT_START_TIMEOUT, 1, int(DAY)),
+        term_grace=_seconds(env, C.TERM_GRACE_ENV, C.DEFAULT_TERM_GRACE, high=3600),
+        ssh_trust=_choice(env, C.SSH_TRUST_ENV, C.SSH_TRUST_MODES, "auto"),
+    )
