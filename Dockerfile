@@ -6,7 +6,8 @@
 #   cpu:           the same stages on a plain OS base (Ubuntu, or the Debian base `make local-base`
 #                  makes where no registry can be reached), Horovod with Gloo and MPI.
 #
-# Every version is pinned here and only here; the Makefile and the tests read them from this file.
+# Every version is pinned here and only here, in the ARG block before the first FROM (stages
+# redeclare the bare names they use); the Makefile and the tests read them from this file.
 # BuildKit is required (cache, secret and bind mounts). No "# syntax=" line: the frontend built
 # into Docker 20.10 must parse this file when no frontend image can be pulled.
 
@@ -14,6 +15,34 @@ ARG CUDA_VERSION=13.0.2
 ARG BASE_OS=ubuntu24.04
 ARG BUILDER_IMAGE=nvidia/cuda:${CUDA_VERSION}-cudnn-devel-${BASE_OS}
 ARG RUNTIME_IMAGE=nvidia/cuda:${CUDA_VERSION}-runtime-${BASE_OS}
+# PyTorch: a matching pair. TORCH_INDEX_URL empty: PyPI (a CUDA 13 build); e.g.
+# https://download.pytorch.org/whl/cpu for a small CPU-only torch in the cpu flavor.
+ARG TORCH_VERSION=2.14.1
+ARG TORCHVISION_VERSION=0.29.1
+ARG TORCH_INDEX_URL=
+# Horovod from the PyPI sdist, verified by sha256. GPU operations: NCCL (gpu), empty (cpu).
+# CUDA_ARCHS: the SageMaker GPU families CUDA 13 covers (A100 p4d 80, A10G g5 86, L4 g6 89,
+# H100/H200 p5 90, Blackwell 100 and 120).
+ARG HOROVOD_VERSION=0.28.1
+ARG HOROVOD_SHA256=92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0
+ARG HOROVOD_GPU_OPERATIONS=NCCL
+ARG CUDA_ARCHS=80,86,89,90,100,120
+# NVIDIA's toolkit wheels give horovod/torch's CMake the headers and cudart it asks for when
+# torch is a CUDA build but the base has no toolkit (the cpu flavor with PyPI's torch).
+ARG CUDA_TOOLKIT_WHEELS=cuda-toolkit[nvcc,cccl,cudart,crt,nvvm]==13.0.3
+ARG SMDEBUG_VERSION=1.0.34
+ARG SMDEBUG_SHA256=cf468938aa8e502888060b1508b7c78220074da23cd6c9e663e939057784b3f8
+# nccl-tests from its release tarball, verified by sha256. NCCL_TESTS: auto (build it when the
+# source can be had), on (fail without it), off.
+ARG NCCL_TESTS_VERSION=2.19.6
+ARG NCCL_TESTS_URL=https://github.com/NVIDIA/nccl-tests/archive/refs/tags/v${NCCL_TESTS_VERSION}.tar.gz
+ARG NCCL_TESTS_SHA256=adbd3d27ba6c00bd7b7cf98cc8811c6ad860427ecd5de59527466b21472c0d93
+ARG NCCL_TESTS=auto
+# Labels: scripts/build.sh passes the real ones.
+ARG VERSION=dev
+ARG VCS_REF=unknown
+ARG SOURCE_URL=unknown
+ARG FLAVOR=gpu
 
 # ---------------------------------------------------------------------------------------------
 # Packages both the builder and the runtime need, on either base (Debian and Ubuntu names agree).
@@ -55,11 +84,9 @@ RUN rm -f /etc/apt/sources.list.d/cuda*.list \
         python3-venv \
  && rm -rf /var/lib/apt/lists/*
 
-ARG TORCH_VERSION=2.14.1
-ARG TORCHVISION_VERSION=0.29.1
-# Leave empty for PyPI (a CUDA 13 build); e.g. https://download.pytorch.org/whl/cpu for a small
-# CPU-only torch in the cpu flavor.
-ARG TORCH_INDEX_URL=
+ARG TORCH_VERSION
+ARG TORCHVISION_VERSION
+ARG TORCH_INDEX_URL
 ENV VENV=/opt/venv PATH=/opt/venv/bin:${PATH} \
     PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_WARN_SCRIPT_LOCATION=1
 COPY docker/build/pip-env.sh /usr/local/lib/byoc-build/pip-env.sh
@@ -76,15 +103,11 @@ RUN --mount=type=cache,target=/root/.cache/pip \
         "torch==${TORCH_VERSION}" "torchvision==${TORCHVISION_VERSION}"
 
 # Horovod from the PyPI sdist, verified, patched, built into a wheel.
-ARG HOROVOD_VERSION=0.28.1
-ARG HOROVOD_SHA256=92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0
-# NCCL for the gpu flavor, empty for cpu. CUDA_ARCHS: the SageMaker GPU families CUDA 13 covers
-# (A100 p4d 80, A10G g5 86, L4 g6 89, H100/H200 p5 90, Blackwell 100 and 120).
-ARG HOROVOD_GPU_OPERATIONS=NCCL
-ARG CUDA_ARCHS=80,86,89,90,100,120
-# The CUDA toolkit wheels give horovod/torch's CMake the headers and cudart it asks for when torch
-# is a CUDA build but the base has no toolkit (the cpu flavor with PyPI's torch).
-ARG CUDA_TOOLKIT_WHEELS=cuda-toolkit[nvcc,cccl,cudart,crt,nvvm]==13.0.3
+ARG HOROVOD_VERSION
+ARG HOROVOD_SHA256
+ARG HOROVOD_GPU_OPERATIONS
+ARG CUDA_ARCHS
+ARG CUDA_TOOLKIT_WHEELS
 COPY docker/patches/ /usr/local/lib/byoc-build/patches/
 COPY docker/build/build-horovod.sh docker/build/nccl-home.sh /usr/local/lib/byoc-build/
 RUN --mount=type=cache,target=/root/.cache/pip \
@@ -93,10 +116,10 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     . /usr/local/lib/byoc-build/pip-env.sh \
  && /usr/local/lib/byoc-build/build-horovod.sh /wheels
 
-# smdebug (last release 2023) patched for protobuf >= 4 and numpy 2 (docker/patches/README.md),
+# smdebug (last release 2023) patched for protobuf >= 4 and numpy 2 (README.md, "Patches"),
 # and the other sdists the runtime needs (sagemaker-training has a C extension), as wheels.
-ARG SMDEBUG_VERSION=1.0.34
-ARG SMDEBUG_SHA256=cf468938aa8e502888060b1508b7c78220074da23cd6c9e663e939057784b3f8
+ARG SMDEBUG_VERSION
+ARG SMDEBUG_SHA256
 COPY docker/build/build-smdebug.sh docker/build/smdebug_pb2_upgrade.py /usr/local/lib/byoc-build/
 COPY docker/requirements.txt /tmp/requirements.txt
 RUN --mount=type=cache,target=/root/.cache/pip \
@@ -111,11 +134,11 @@ RUN --mount=type=cache,target=/root/.cache/pip \
 # (docker/build/build-nccl-tests.sh; offline builds: NCCL_TESTS_TARBALL=... make build).
 # NCCL_TESTS=auto builds it when the source can be had; on: fail without it; off: leave it out.
 FROM builder AS nccl-tests
-ARG NCCL_TESTS_VERSION=2.19.6
-ARG NCCL_TESTS_URL=https://github.com/NVIDIA/nccl-tests/archive/refs/tags/v${NCCL_TESTS_VERSION}.tar.gz
-ARG NCCL_TESTS_SHA256=adbd3d27ba6c00bd7b7cf98cc8811c6ad860427ecd5de59527466b21472c0d93
-ARG NCCL_TESTS=auto
-ARG CUDA_ARCHS=80,86,89,90,100,120
+ARG NCCL_TESTS_VERSION
+ARG NCCL_TESTS_URL
+ARG NCCL_TESTS_SHA256
+ARG NCCL_TESTS
+ARG CUDA_ARCHS
 COPY docker/build/build-nccl-tests.sh docker/build/fetch_verified.py /usr/local/lib/byoc-build/
 RUN --mount=type=secret,id=ca \
     --mount=type=bind,source=.sources,target=/sources \
@@ -128,11 +151,11 @@ RUN pip wheel --no-deps --no-build-isolation --wheel-dir /wheels-own /src/entryp
 
 # ---------------------------------------------------------------------------------------------
 FROM runtime-os AS runtime
-ARG TORCH_VERSION=2.14.1
-ARG TORCHVISION_VERSION=0.29.1
-ARG TORCH_INDEX_URL=
-ARG HOROVOD_VERSION=0.28.1
-ARG SMDEBUG_VERSION=1.0.34
+ARG TORCH_VERSION
+ARG TORCHVISION_VERSION
+ARG TORCH_INDEX_URL
+ARG HOROVOD_VERSION
+ARG SMDEBUG_VERSION
 ENV VENV=/opt/venv \
     PATH=/opt/venv/bin:${PATH} \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
@@ -163,7 +186,7 @@ RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
  && find "${VENV}" -name __pycache__ -prune -exec rm -rf {} +
 # One NCCL in the image: Horovod's RUNPATH and the linker cache (nccl-tests, anything else) both
 # lead to the NCCL of torch's nvidia-nccl wheel, ahead of any libnccl2 the base carries.
-ARG HOROVOD_GPU_OPERATIONS=NCCL
+ARG HOROVOD_GPU_OPERATIONS
 RUN --mount=type=bind,source=docker/build/nccl-home.sh,target=/tmp/nccl-home.sh \
     if [ "${HOROVOD_GPU_OPERATIONS}" = NCCL ]; then \
         home=$(/tmp/nccl-home.sh) \
@@ -183,10 +206,10 @@ RUN --mount=type=bind,from=entrypoint-wheel,source=/wheels-own,target=/wheels-ow
  # /run/sshd: a bare `/usr/sbin/sshd -D` (SageMaker SDK v3's MPI driver) needs it.
  && mkdir -p /opt/ml /workspace /run/sshd
 
-ARG VERSION=dev
-ARG VCS_REF=unknown
-ARG SOURCE_URL=unknown
-ARG FLAVOR=gpu
+ARG VERSION
+ARG VCS_REF
+ARG SOURCE_URL
+ARG FLAVOR
 ARG CUDA_VERSION
 LABEL org.opencontainers.image.title="pytorch-horovod" \
       org.opencontainers.image.description="PyTorch + Horovod for distributed training; SageMaker BYOC compatible" \

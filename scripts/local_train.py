@@ -3,18 +3,28 @@
 
 Each container is one instance: reachable as algo-1 ... algo-N (network aliases; its hostname
 is the container ID, as in the SageMaker SDK's local mode), with its own /opt/ml written as the
-platform writes it. Shows the job's output; the model lands in OUT/algo-1/model.
+platform writes it. Shows the job's output; the model lands in OUT/JOB/algo-1/model.
 
     scripts/local_train.py --hosts 2 --image pytorch-horovod:cpu --hp epochs=3
     scripts/local_train.py --launcher torchrun --hosts 2 --slots 2   # DDP through torchrun
+
+Input is checked before anything is made, against SageMaker's own limits where it has them
+(botocore's service model): bad input exits 2 naming the option. The job's trees go in a new
+directory OUT/JOB; an existing one is never reused. Exit status: 0 when every host succeeded;
+2 bad input; 127 no docker CLI (126: DOCKER is not executable), as a shell says it;
+1 when Docker refuses a step; 124 past --timeout; 130 interrupted; else the hosts' own status.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import re
+import shlex
 import shutil
+import stat
 import subprocess
 import sys
 import threading
@@ -22,19 +32,87 @@ import time
 import uuid
 from pathlib import Path
 
-DOCKER = os.environ.get("DOCKER", "docker")
+from byoc_aws import limits
+
+MAX_HOSTS = 64  # containers on one machine; SageMaker allows more, a laptop does not
+MAX_SLOTS = 256  # processes per container
+MAX_CHANNEL_ENTRIES = 1_000_000  # files and directories per channel (symlinks followed)
+FREE_SPACE_MARGIN = 256 << 20  # bytes left free on --out's disk after the channel copies
+CPU_SLOTS_ENV = "BYOC_CPU_SLOTS_PER_HOST"  # entrypoint/byoc/constants.py CPU_SLOTS_ENV
+SHM_SIZE = re.compile(r"[0-9]+(?:\.[0-9]+)?[bkmgBKMG]?")
+INSTANCE_TYPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+UNSAFE_IN_MOUNT = re.compile(r"[:,\x00-\x1f\x7f]")  # `docker run -v SRC:DST[:ro]` splits on ':'
 
 
-def docker(*args: str, check: bool = True, capture: bool = True) -> str:
-    result = subprocess.run([DOCKER, *args], capture_output=capture, text=True, check=False)
-    if check and result.returncode != 0:
-        raise SystemExit(f"local-train: {DOCKER} {args[0]} failed: {result.stderr.strip()}")
-    return result.stdout.strip() if capture else ""
+class Refused(Exception):
+    """Ends local-train with this message and exit code (2: bad input)."""
+
+    def __init__(self, message: str, code: int = 2):
+        super().__init__(message)
+        self.code = code
+
+
+class Docker:
+    """The docker CLI ($DOCKER, split as a shell would: DOCKER='sudo docker' works)."""
+
+    def __init__(self) -> None:
+        text = os.environ.get("DOCKER", "").strip() or "docker"  # empty counts as unset
+        try:
+            self.cmd = shlex.split(text)
+        except ValueError as exc:
+            raise Refused(f"DOCKER={text!r}: {exc}") from None
+        exe = self.cmd[0]
+        if shutil.which(exe) is None:
+            if os.sep in exe and os.path.exists(exe):
+                raise Refused(f"DOCKER={exe}: not an executable file", 126)
+            where = "does not exist" if os.sep in exe else "is not on PATH"
+            raise Refused(
+                f"no docker CLI: {exe} {where}; install Docker or set DOCKER=/path/to/docker", 127
+            )
+
+    def run(self, *args: str, check: bool = True, timeout: float | None = None):
+        try:
+            result = subprocess.run(
+                [*self.cmd, *args], capture_output=True, text=True, check=False, timeout=timeout
+            )
+        except OSError as exc:
+            raise Refused(f"cannot run {self.cmd[0]}: {exc.strerror}", 126) from None
+        if check and result.returncode != 0:
+            raise Refused(f"docker {' '.join(args[:2])} failed: {result.stderr.strip()}", 1)
+        return result
+
+    def stream(self, name: str, prefix: str) -> threading.Thread:
+        def pump():
+            try:
+                proc = subprocess.Popen(
+                    [*self.cmd, "logs", "-f", name],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                    errors="replace",
+                )
+            except OSError as exc:
+                print(f"local-train: cannot follow {name}'s output: {exc.strerror}")
+                return
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                sys.stdout.write(f"{prefix} | {line}")
+                sys.stdout.flush()
+            proc.wait()
+
+        t = threading.Thread(target=pump, daemon=True)
+        t.start()
+        return t
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--hosts", type=int, default=2, help="instances (default 2)")
+    p = argparse.ArgumentParser(
+        prog="local_train.py",
+        description=__doc__.splitlines()[0],
+        epilog="\n".join(__doc__.splitlines()[1:]),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--hosts", type=int, default=2, help=f"instances, 1-{MAX_HOSTS} (default 2)")
     p.add_argument("--image", default="pytorch-horovod:cpu")
     p.add_argument(
         "--launcher",
@@ -47,8 +125,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--slots",
         type=int,
         default=None,
-        help="processes per host (horovod: sagemaker_mpi_num_of_processes_per_host; torchrun: "
-        "BYOC_CPU_SLOTS_PER_HOST, as no SDK sends a count for torch_distributed)",
+        help=f"processes per host, 1-{MAX_SLOTS} (horovod: "
+        "sagemaker_mpi_num_of_processes_per_host; torchrun: BYOC_CPU_SLOTS_PER_HOST, as no SDK "
+        "sends a count for torch_distributed)",
     )
     p.add_argument(
         "--hp",
@@ -70,51 +149,212 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--instance-type", default="ml.local")
     p.add_argument("--shm-size", default="1g")
     p.add_argument("--out", default="local/jobs", help="where each job's /opt/ml trees go")
-    p.add_argument("--job-name", default=None)
-    p.add_argument("--timeout", type=float, default=3600, help="seconds before the job is stopped")
+    p.add_argument("--job-name", default=None, help="SageMaker's TrainingJobName rule")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=3600,
+        help=f"seconds before the job is stopped (at most {limits.MAX_RUNTIME_S}, 28 days)",
+    )
     args = p.parse_args(argv)
-    if args.hosts < 1:
-        p.error("--hosts must be at least 1")
-    if args.slots is not None and args.slots < 1:
-        p.error("--slots must be at least 1")
-    for item in [*args.hp, *args.channel, *args.env]:
-        if "=" not in item:
-            p.error(f"{item!r} is not NAME=VALUE")
-    if args.source_dir and not Path(args.source_dir).is_dir():
-        p.error(f"--source-dir {args.source_dir} is not a directory")
-    if args.entry_point and not args.source_dir:
-        p.error("--entry-point needs --source-dir")
-    for item in args.channel:
-        if not Path(item.split("=", 1)[1]).is_dir():
-            p.error(f"--channel {item}: not a directory")
+    try:
+        validate(args)
+    except (Refused, limits.InputError) as exc:
+        p.error(str(exc))
     return args
+
+
+def validate(args: argparse.Namespace) -> None:
+    """Everything checked before anything is made; Refused/InputError name the option."""
+    if not 1 <= args.hosts <= MAX_HOSTS:
+        raise Refused(f"--hosts must be 1-{MAX_HOSTS}, not {args.hosts}")
+    if args.slots is not None and not 1 <= args.slots <= MAX_SLOTS:
+        raise Refused(f"--slots must be 1-{MAX_SLOTS}, not {args.slots}")
+    if not (math.isfinite(args.timeout) and 0 < args.timeout <= limits.MAX_RUNTIME_S):
+        raise Refused(
+            f"--timeout must be more than 0 and at most {limits.MAX_RUNTIME_S} s (SageMaker's "
+            f"28-day MaxRuntimeInSeconds), not {args.timeout:g}"
+        )
+    problem = limits.image_problem(args.image)
+    if problem:
+        raise Refused(f"--image {args.image!r} {problem}")
+    if not SHM_SIZE.fullmatch(args.shm_size) or float(args.shm_size.rstrip("bkmgBKMG")) <= 0:
+        raise Refused(f"--shm-size {args.shm_size!r}: a size such as 1g, 512m (docker run)")
+    if not INSTANCE_TYPE.fullmatch(args.instance_type):
+        raise Refused(
+            f"--instance-type {args.instance_type!r}: letters, digits, . _ -, at most 64 "
+            "(e.g. ml.local, ml.g5.12xlarge)"
+        )
+    args.job = args.job_name
+    if args.job is None:
+        args.job = f"byoc-local-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
+    problem = limits.text_problem(args.job, "TrainingJobName", controls=True)
+    if problem:
+        raise Refused(f"--job-name {args.job!r} {problem} (letters, digits and -, at most 63)")
+    check_code(args)
+    args.hps = hyperparameters(args)
+    owners = {"TRAINING_JOB_NAME": "--job-name"}
+    if args.launcher == "torchrun" and args.slots is not None:
+        owners[CPU_SLOTS_ENV] = "--slots"
+    args.environment = limits.environment(args.env, owners, extra=len(owners))
+    args.channels = channels(args)
+    check_out(args)
+
+
+def check_code(args: argparse.Namespace) -> None:
+    if args.entry_point and not args.source_dir:
+        raise Refused("--entry-point needs --source-dir")
+    if args.source_dir and not args.entry_point:
+        raise Refused(
+            "--source-dir needs --entry-point: without one the image's example runs and your "
+            "code is not used"
+        )
+    if not args.source_dir:
+        return
+    source = Path(args.source_dir)
+    if not source.is_dir():
+        raise Refused(f"--source-dir {args.source_dir}: not a directory")
+    args.source = source.resolve()
+    if UNSAFE_IN_MOUNT.search(str(args.source)):
+        raise Refused(
+            f"--source-dir {args.source}: a path with ':', ',' or a control character cannot "
+            "be mounted with docker run -v"
+        )
+    entry = args.entry_point
+    rel = Path(entry)
+    if limits.CONTROL.search(entry) or not entry.strip():
+        raise Refused(f"--entry-point {entry!r}: not a file name")
+    if rel.is_absolute() or ".." in rel.parts:
+        raise Refused(
+            f"--entry-point {entry}: a path inside --source-dir, relative to it, without '..'"
+        )
+    target = (args.source / rel).resolve()
+    if not target.is_relative_to(args.source):
+        raise Refused(f"--entry-point {entry}: leads outside --source-dir (a symlink to {target})")
+    if not target.is_file():
+        raise Refused(f"--entry-point {entry}: no such file in --source-dir {args.source}")
+    if args.launcher == "torchrun" and not entry.endswith(".py"):
+        # as the SDK's fw_utils.validate_torch_distributed_distribution refuses it
+        raise Refused("--launcher torchrun runs python programs: --entry-point *.py")
 
 
 def hyperparameters(args: argparse.Namespace) -> dict[str, str]:
     """Every value JSON-encoded, as the SageMaker Python SDK sends them."""
-    hps: dict[str, object] = {}
-    for item in args.hp:
-        key, value = item.split("=", 1)
-        try:
-            hps[key] = json.loads(value)
-        except json.JSONDecodeError:
-            hps[key] = value
+    own: dict[str, object] = {}
+    owners = {
+        "sagemaker_mpi_enabled": "--launcher",
+        "sagemaker_torch_distributed_enabled": "--launcher",
+    }
     if args.entry_point:
-        hps["sagemaker_program"] = args.entry_point
-        hps["sagemaker_submit_directory"] = "/opt/ml/code"
+        own["sagemaker_program"] = args.entry_point
+        own["sagemaker_submit_directory"] = "/opt/ml/code"
+        owners["sagemaker_program"] = "--entry-point"
+        owners["sagemaker_submit_directory"] = "--source-dir"
     if args.launcher == "torchrun":
-        hps["sagemaker_torch_distributed_enabled"] = True
-        hps["sagemaker_instance_type"] = args.instance_type
+        own["sagemaker_torch_distributed_enabled"] = True
+        own["sagemaker_instance_type"] = args.instance_type
+        owners["sagemaker_instance_type"] = "--instance-type"
     else:
-        hps["sagemaker_mpi_enabled"] = True
+        own["sagemaker_mpi_enabled"] = True
         if args.slots is not None:
-            hps["sagemaker_mpi_num_of_processes_per_host"] = args.slots
-    return {k: json.dumps(v) for k, v in hps.items()}
+            own["sagemaker_mpi_num_of_processes_per_host"] = args.slots
+            owners["sagemaker_mpi_num_of_processes_per_host"] = "--slots"
+    return limits.hyperparameters(args.hp, own, owners)
 
 
-def write_tree(root: Path, host: str, hosts: list[str], args, hps: dict[str, str]) -> None:
+def channels(args: argparse.Namespace) -> dict[str, tuple[Path, list, int]]:
+    """name -> (directory, what to copy, bytes), every channel scanned before anything is made."""
+    pairs = [limits.split_pair(item, "--channel") for item in args.channel]
+    limits.channel_names([name for name, _ in pairs])
+    out = {}
+    for name, src in pairs:
+        path = Path(src)
+        if not src or not path.is_dir():
+            raise Refused(f"--channel {name}={src}: not a directory")
+        entries, size = scan_channel(name, path)
+        out[name] = (path.resolve(), entries, size)
+    return out
+
+
+def scan_channel(name: str, root: Path) -> tuple[list[tuple[str, Path | None]], int]:
+    """Every directory and regular file under root, symlinks followed: ([(relative path, file
+    to copy or None for a directory)], bytes). Loops, FIFOs, sockets, devices, unreadable or
+    dangling entries are refused: copying them would never end or fail halfway."""
+    entries: list[tuple[str, Path | None]] = []
+    size = 0
+    what = f"--channel {name}"
+    first = root.stat()
+    stack = [(root, "", frozenset({(first.st_dev, first.st_ino)}))]
+    while stack:
+        path, rel, ancestors = stack.pop()
+        try:
+            with os.scandir(path) as it:
+                children = sorted(it, key=lambda e: e.name)
+        except OSError as exc:
+            raise Refused(f"{what}: cannot read {path}: {exc.strerror}") from None
+        for entry in children:
+            child, crel = Path(entry.path), f"{rel}/{entry.name}" if rel else entry.name
+            try:
+                st = child.stat()  # through symlinks
+            except OSError as exc:
+                raise Refused(f"{what}: {child}: {exc.strerror} (a dangling symlink?)") from None
+            if len(entries) >= MAX_CHANNEL_ENTRIES:
+                raise Refused(f"{what}: more than {MAX_CHANNEL_ENTRIES} files and directories")
+            if stat.S_ISDIR(st.st_mode):
+                key = (st.st_dev, st.st_ino)
+                if key in ancestors:
+                    raise Refused(f"{what}: {child} is a symlink loop (it leads to its own parent)")
+                entries.append((crel, None))
+                stack.append((child, crel, ancestors | {key}))
+            elif stat.S_ISREG(st.st_mode):
+                if not os.access(child, os.R_OK):
+                    raise Refused(f"{what}: {child}: not readable")
+                entries.append((crel, child))
+                size += st.st_size
+            else:
+                raise Refused(
+                    f"{what}: {child} is not a regular file or directory (a FIFO, socket or "
+                    "device): a channel holds files"
+                )
+    return entries, size
+
+
+def check_out(args: argparse.Namespace) -> None:
+    if not args.out.strip():
+        raise Refused("--out is empty: give a directory (default local/jobs)")
+    args.job_dir = Path(args.out).resolve() / args.job
+    existing = next(p for p in args.job_dir.parents if p.exists())
+    if not existing.is_dir():
+        raise Refused(f"--out {args.out}: {existing} exists and is not a directory")
+    if UNSAFE_IN_MOUNT.search(str(args.job_dir)):
+        raise Refused(
+            f"--out {args.job_dir}: a path with ':', ',' or a control character cannot be "
+            "mounted with docker run -v"
+        )
+    if args.job_dir.exists() or args.job_dir.is_symlink():
+        raise Refused(
+            f"--out: {args.job_dir} already exists; a job's trees are never reused or mixed "
+            "with another's: choose another --job-name or --out"
+        )
+    for name, (src, _, _) in args.channels.items():
+        if args.job_dir.is_relative_to(src):
+            raise Refused(
+                f"--out {args.out}: the job's trees would be inside --channel {name}'s directory "
+                f"{src}, copying it into itself: choose --out elsewhere"
+            )
+    need = args.hosts * sum(size for _, _, size in args.channels.values())
+    if need:
+        free = shutil.disk_usage(existing).free
+        if need + FREE_SPACE_MARGIN > free:
+            raise Refused(
+                f"--channel: {args.hosts} copies of the channels need {need / 1e9:.2f} GB; "
+                f"{free / 1e9:.2f} GB are free under --out {existing}"
+            )
+
+
+def write_tree(root: Path, host: str, hosts: list[str], args) -> None:
     config = root / "input" / "config"
-    config.mkdir(parents=True, exist_ok=True)
+    config.mkdir(parents=True)
     for d in ("model", "output/data", "checkpoints", "input/data"):
         (root / d).mkdir(parents=True, exist_ok=True)
     resource = {
@@ -132,116 +372,123 @@ def write_tree(root: Path, host: str, hosts: list[str], args, hps: dict[str, str
         "network_interface_name": "eth0",
     }
     (config / "resourceconfig.json").write_text(json.dumps(resource))
-    (config / "hyperparameters.json").write_text(json.dumps(hps))
-    channels = {}
-    for item in args.channel:
-        name, src = item.split("=", 1)
-        shutil.copytree(src, root / "input" / "data" / name, dirs_exist_ok=True)
-        channels[name] = {
+    (config / "hyperparameters.json").write_text(json.dumps(args.hps))
+    specs = {}
+    for name, (_, entries, _) in args.channels.items():
+        dest = root / "input" / "data" / name
+        dest.mkdir()
+        for rel, src in entries:
+            if src is None:
+                (dest / rel).mkdir()
+            else:
+                shutil.copy2(src, dest / rel)
+        specs[name] = {
             "TrainingInputMode": "File",
             "S3DistributionType": "FullyReplicated",
             "RecordWrapperType": "None",
         }
-    (config / "inputdataconfig.json").write_text(json.dumps(channels))
+    (config / "inputdataconfig.json").write_text(json.dumps(specs))
 
 
-def stream(name: str, prefix: str) -> threading.Thread:
-    def pump():
-        proc = subprocess.Popen(
-            [DOCKER, "logs", "-f", name],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
-        )
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            sys.stdout.write(f"{prefix} | {line}")
-            sys.stdout.flush()
-        proc.wait()
-
-    t = threading.Thread(target=pump, daemon=True)
-    t.start()
-    return t
+def exit_code(result: subprocess.CompletedProcess, name: str) -> int:
+    try:
+        return int(result.stdout.strip())
+    except ValueError:
+        print(f"local-train: docker wait {name} said {result.stdout.strip()!r}: counted as 1")
+        print(f"local-train: {result.stderr.strip()}")
+        return 1
 
 
-def main(argv: list[str]) -> int:
+def run_job(argv: list[str]) -> int:
     args = parse_args(argv)
-    job = args.job_name or f"byoc-local-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
+    docker = Docker()
+    job, out = args.job, args.job_dir
     hosts = [f"algo-{i}" for i in range(1, args.hosts + 1)]
-    out = Path(args.out).resolve() / job
-    hps = hyperparameters(args)
-    docker("image", "inspect", args.image)
-    network = job
-    names = [f"{job}-{h}" for h in hosts]
+    inspect = docker.run("image", "inspect", args.image, check=False)
+    if inspect.returncode != 0:
+        if "no such image" in inspect.stderr.lower():
+            raise Refused(f"--image {args.image}: not found locally (`make build`, or pull it)")
+        raise Refused(f"docker image inspect {args.image} failed: {inspect.stderr.strip()}", 1)
     print(
         f"local-train: job {job}, {args.hosts} host(s), image {args.image}, /opt/ml trees in {out}"
     )
-    docker("network", "create", "--driver", "bridge", "--internal", network)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.mkdir()  # never an existing one: the trees of two jobs are not mixed
+    except FileExistsError:
+        raise Refused(f"--out: {out} already exists; choose another --job-name") from None
+    except OSError as exc:
+        raise Refused(f"--out: cannot make {out}: {exc.strerror}") from None
+    network, names, started = job, [f"{job}-{h}" for h in hosts], []
+    try:
+        docker.run("network", "create", "--driver", "bridge", "--internal", network)
+    except Refused:
+        out.rmdir()  # made just now, still empty
+        raise
     start = time.monotonic()
     codes: dict[str, int] = {}
     try:
-        for host, name in zip(hosts, names, strict=False):
-            root = out / host
-            write_tree(root, host, hosts, args, hps)
-            run = [
-                "run",
-                "-d",
-                "--name",
-                name,
-                "--network",
-                network,
-                "--network-alias",
-                host,
-                "--shm-size",
-                args.shm_size,
-                "-v",
-                f"{root}:/opt/ml",
-                "-e",
-                f"TRAINING_JOB_NAME={job}",
-            ]
+        for host in hosts:
+            try:
+                write_tree(out / host, host, hosts, args)
+            except OSError as exc:
+                raise Refused(f"writing the job's trees in {out} failed: {exc}", 1) from None
+        for host, name in zip(hosts, names, strict=True):
+            cmd = ["run", "-d", "--name", name, "--network", network, "--network-alias", host]
+            cmd += ["--shm-size", args.shm_size, "-v", f"{out / host}:/opt/ml"]
+            cmd += ["-e", f"TRAINING_JOB_NAME={job}"]
             if args.source_dir:
-                run += ["-v", f"{Path(args.source_dir).resolve()}:/opt/ml/code:ro"]
+                cmd += ["-v", f"{args.source}:/opt/ml/code:ro"]
             if args.launcher == "torchrun" and args.slots is not None:
-                run += ["-e", f"BYOC_CPU_SLOTS_PER_HOST={args.slots}"]
-            for item in args.env:
-                run += ["-e", item]
-            docker(*run, args.image, "train")
-        threads = [stream(n, h) for n, h in zip(names, hosts, strict=False)]
+                cmd += ["-e", f"{CPU_SLOTS_ENV}={args.slots}"]
+            for key, value in args.environment.items():
+                cmd += ["-e", f"{key}={value}"]
+            docker.run(*cmd, args.image, "train")
+            started.append(name)  # only these are removed: a name taken by another stays its own
+        threads = [docker.stream(n, h) for n, h in zip(names, hosts, strict=True)]
         deadline = start + args.timeout
-        for host, name in zip(hosts, names, strict=False):
+        for host, name in zip(hosts, names, strict=True):
             left = max(1, int(deadline - time.monotonic()))
-            result = subprocess.run(
-                [DOCKER, "wait", name], capture_output=True, text=True, timeout=left, check=False
-            )
-            codes[host] = int(result.stdout.strip() or 1)
+            codes[host] = exit_code(docker.run("wait", name, check=False, timeout=left), name)
             print(
                 f"local-train: {host} exited {codes[host]} after {time.monotonic() - start:.1f} s"
             )
         for t in threads:
             t.join(timeout=5)
     except subprocess.TimeoutExpired:
-        print(f"local-train: job exceeded --timeout {args.timeout:.0f} s; stopping it")
-        for name in names:
-            docker("stop", "-t", "120", name, check=False)
+        print(f"local-train: job exceeded --timeout {args.timeout:g} s; stopping it")
+        for name in started:
+            docker.run("stop", "-t", "120", name, check=False)
         return 124
     except KeyboardInterrupt:
         print("local-train: interrupted; stopping the containers (SIGTERM, 120 s grace)")
-        for name in names:
-            docker("stop", "-t", "120", name, check=False)
+        for name in started:
+            docker.run("stop", "-t", "120", name, check=False)
         return 130
     finally:
-        for name in names:
-            docker("rm", "-f", name, check=False)
-        docker("network", "rm", network, check=False)
+        for name in started:
+            docker.run("rm", "-f", name, check=False)
+        docker.run("network", "rm", network, check=False)
     failure = out / hosts[0] / "output" / "failure"
     model = out / hosts[0] / "model"
     if all(c == 0 for c in codes.values()):
-        print(f"local-train: success; model in {model}: {sorted(p.name for p in model.iterdir())}")
+        files = sorted(p.name for p in model.iterdir()) if model.is_dir() else []
+        print(f"local-train: success; model in {model}: {files}")
         return 0
-    if failure.exists():
-        print(f"local-train: FAILED: {failure.read_text()[:1024]}")
+    if failure.is_file():
+        print(f"local-train: FAILED: {failure.read_text(errors='replace')[:1024]}")
     return max(codes.values()) or 1
+
+
+def main(argv: list[str]) -> int:
+    try:
+        return run_job(argv)
+    except Refused as exc:
+        print(f"local-train: error: {exc}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        print("local-train: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -8,11 +8,16 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from byoc import constants as C
+
+S3_CONNECT_TIMEOUT = 10  # s
+S3_READ_TIMEOUT = 30  # s without a byte, per attempt
 
 
 class CodeError(Exception):
@@ -26,31 +31,89 @@ class Program:
     command: list[str]  # without the user's arguments
 
 
+def _check_member(member: tarfile.TarInfo, dest: str) -> None:
+    """Refuse what could land outside dest or is no plain file, link or directory: as tarfile's
+    "data" filter does (which not every Python of our bases has), checked against what is on
+    disk at this point, so a symlink an earlier member made is followed too."""
+    name = member.name
+    if os.path.isabs(name) or ".." in Path(name).parts or "\0" in name:
+        raise CodeError(f"{name!r} is an absolute path or goes up ('..')")
+    if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
+        raise CodeError(f"{name!r} is a device, a FIFO or another special file")
+    target = os.path.realpath(os.path.join(dest, name))
+    if os.path.commonpath([dest, target]) != dest:
+        raise CodeError(f"{name!r} lands outside the code directory (through a link?)")
+    if member.issym() or member.islnk():
+        base = dest if member.islnk() else os.path.dirname(os.path.join(dest, name))
+        link = os.path.realpath(os.path.join(base, member.linkname))
+        if os.path.isabs(member.linkname) or os.path.commonpath([dest, link]) != dest:
+            raise CodeError(f"{name!r} links outside the code directory ({member.linkname!r})")
+
+
 def _extract(archive: Path, dest: Path) -> None:
+    """Unpack a (gzip'd) tarball into dest member by member, each checked first (_check_member),
+    then read to the end so gzip's CRC is checked too."""
+    root = os.path.realpath(dest)
     try:
         with tarfile.open(archive) as tar:
-            if hasattr(tarfile, "data_filter"):
-                tar.extractall(dest, filter="data")  # refuses absolute paths, .., devices
-            else:  # pragma: no cover - Pythons without the extraction filters
-                for member in tar.getmembers():
-                    target = (dest / member.name).resolve()
-                    if not str(target).startswith(str(dest.resolve())) or member.isdev():
-                        raise CodeError(f"{archive}: unsafe member {member.name!r}")
-                tar.extractall(dest)  # noqa: S202 - checked above
-    except (tarfile.TarError, OSError) as exc:
-        raise CodeError(f"cannot extract {archive}: {exc}") from exc
+            for member in tar:
+                try:
+                    _check_member(member, root)
+                except CodeError as exc:
+                    raise CodeError(f"{archive} is unsafe: {exc}") from None
+                member.mode = (member.mode | 0o600) & 0o777 if member.isfile() else member.mode
+                member.uid = member.gid = 0
+                tar.extract(member, root, set_attrs=not member.issym())
+            while tar.fileobj.read(1 << 20):  # type: ignore[union-attr]
+                pass
+    except (tarfile.TarError, EOFError, zlib.error, OSError, ValueError) as exc:
+        raise CodeError(f"{archive} is corrupt or unreadable: {exc}") from exc
 
 
 def _download_s3(uri: str, dest: Path) -> None:
     import boto3  # noqa: PLC0415 - only jobs with s3 code need it
+    from botocore.config import Config  # noqa: PLC0415
 
     bucket, _, key = uri[len("s3://") :].partition("/")
     if not bucket or not key:
         raise CodeError(f"{uri} is not an s3://bucket/key URI")
+    # Bounded: an endpoint that accepts and never answers fails in about a minute, not three.
+    s3 = boto3.client(
+        "s3",
+        config=Config(
+            connect_timeout=S3_CONNECT_TIMEOUT,
+            read_timeout=S3_READ_TIMEOUT,
+            retries={"max_attempts": 3, "mode": "standard"},
+        ),
+    )
+    print(f"byoc: downloading {uri}", flush=True)
     try:
-        boto3.client("s3").download_file(bucket, key, str(dest))
+        size = s3.head_object(Bucket=bucket, Key=key)["ContentLength"]
+        progress = _Progress(uri, size)
+        s3.download_file(bucket, key, str(dest), Callback=progress)
     except Exception as exc:  # botocore's errors do not share a base class with OSError
         raise CodeError(f"cannot download {uri}: {exc}") from exc
+    progress.done()
+
+
+class _Progress:
+    """A line every 10 % of a download (boto3 calls it from its transfer threads)."""
+
+    def __init__(self, uri: str, size: int):
+        self.uri, self.size, self.seen, self.shown = uri, max(size, 1), 0, 0
+        self.lock = threading.Lock()
+
+    def __call__(self, chunk: int) -> None:
+        with self.lock:
+            self.seen += chunk
+            tenth = min(10, self.seen * 10 // self.size)
+            if tenth > self.shown:
+                self.shown = tenth
+                print(f"byoc: {self.uri}: {tenth * 10} % of {self.size} bytes", flush=True)
+
+    def done(self) -> None:
+        if self.shown < 10:
+            print(f"byoc: {self.uri}: {self.seen} bytes", flush=True)
 
 
 def stage(submit_directory: str | None, code_dir: Path) -> None:
@@ -67,7 +130,13 @@ def stage(submit_directory: str | None, code_dir: Path) -> None:
         return
     path = Path(source)
     if path.is_dir():
-        if path.resolve() != code_dir.resolve():  # local mode mounts the code there itself
+        here, there = path.resolve(), code_dir.resolve()
+        if there.is_relative_to(here) and here != there:
+            raise CodeError(
+                f"sagemaker_submit_directory {submit_directory!r} holds {code_dir} itself: "
+                "name the directory of your code"
+            )
+        if here != there:  # local mode mounts the code there itself
             shutil.copytree(path, code_dir, dirs_exist_ok=True)
     elif path.is_file():
         _extract(path, code_dir)

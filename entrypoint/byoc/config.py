@@ -59,17 +59,45 @@ def natural_key(name: str) -> list[Any]:
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
 
+# Limits of the platform's own API (botocore's SageMaker model), so a job SageMaker would refuse
+# is refused here too, with the field named, instead of failing later in a stranger way.
+MAX_CONFIG_BYTES = 4 << 20  # a config file larger than this is not SageMaker's
+MAX_HOSTS = 1000
+MAX_HYPERPARAMETERS = 100
+MAX_HP_KEY = 256
+MAX_HP_VALUE = 2500
+MAX_CHANNELS = 20
+MAX_CHANNEL_NAME = 64
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+HOST_NAME = re.compile(rf"{_LABEL}(?:\.{_LABEL})*")  # RFC 1123 host names
+CHANNEL_NAME = re.compile(r"[A-Za-z0-9.\-_]+")  # SageMaker's ChannelName pattern
+INPUT_MODES = ("File", "Pipe", "FastFile")
+S3_DISTRIBUTIONS = ("FullyReplicated", "ShardedByS3Key")
+RECORD_WRAPPERS = ("None", "RecordIO")
+
+
+def env_key(name: str) -> str:
+    """The toolkit's SM_HP_<KEY> / SM_CHANNEL_<NAME> spelling of a name."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", name).upper()
+
+
 def _load_json(path: Path, required: bool) -> Any:
     if not path.exists():
         if required:
             raise ConfigError(f"{path} is missing: SageMaker writes it for every job")
         return None
     try:
+        if not path.is_file():
+            raise ConfigError(f"{path} is not a file")
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{path} is larger than {MAX_CONFIG_BYTES >> 20} MiB")
         return json.loads(path.read_text())
     except json.JSONDecodeError as exc:
         raise ConfigError(
             f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
         ) from exc
+    except RecursionError:
+        raise ConfigError(f"{path} is not valid JSON: nested too deeply") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path} cannot be read: {exc}") from exc
 
@@ -80,8 +108,24 @@ def decode_hyperparameter(value: Any) -> Any:
         return value
     try:
         return json.loads(value)
-    except (json.JSONDecodeError, ValueError):
+    except (json.JSONDecodeError, ValueError, RecursionError):
         return value
+
+
+def _optional_str(path: Path, data: dict, field: str) -> str | None:
+    value = data.get(field)
+    if value is not None and not isinstance(value, str):
+        raise ConfigError(f"{path}: {field}: must be a string, not {type(value).__name__}")
+    return value or None
+
+
+def _host(path: Path, field: str, name: Any) -> str:
+    if not isinstance(name, str) or len(name) > 253 or not HOST_NAME.fullmatch(name):
+        raise ConfigError(
+            f"{path}: {field}: {name!r} is not a host name (RFC 1123: letters, digits and "
+            "hyphens in dot-separated labels, no leading hyphen, at most 253 characters)"
+        )
+    return name
 
 
 def read_resource_config(path: Path) -> dict[str, Any]:
@@ -89,14 +133,30 @@ def read_resource_config(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"{path} must hold a JSON object, not {type(data).__name__}")
     hosts = data.get("hosts")
-    current = data.get("current_host")
-    if not isinstance(hosts, list) or not hosts or not all(isinstance(h, str) and h for h in hosts):
-        raise ConfigError(f'{path}: "hosts" must be a non-empty list of host names, got {hosts!r}')
-    if not isinstance(current, str) or current not in hosts:
-        raise ConfigError(f'{path}: "current_host" {current!r} is not one of "hosts" {hosts!r}')
+    if not isinstance(hosts, list) or not 1 <= len(hosts) <= MAX_HOSTS:
+        raise ConfigError(f"{path}: hosts: must be a list of 1 to {MAX_HOSTS} host names")
+    for host in hosts:
+        _host(path, "hosts", host)
+    current = _host(path, "current_host", data.get("current_host"))
+    if current not in hosts:
+        raise ConfigError(f"{path}: current_host: {current!r} is not one of hosts {hosts!r}")
     if len(set(hosts)) != len(hosts):
-        raise ConfigError(f'{path}: "hosts" lists a host twice: {hosts!r}')
+        raise ConfigError(f"{path}: hosts: a host is listed twice: {hosts!r}")
+    for name in ("network_interface_name", "current_instance_type", "current_group_name"):
+        _optional_str(path, data, name)
+    groups = data.get("instance_groups")
+    if groups is not None and not (
+        isinstance(groups, list) and all(isinstance(g, dict) for g in groups)
+    ):
+        raise ConfigError(f"{path}: instance_groups: must be a list of objects")
     return data
+
+
+def _check_text(path: Path, what: str, text: str, limit: int) -> None:
+    if not 1 <= len(text) <= limit:
+        raise ConfigError(f"{path}: {what}: must be 1 to {limit} characters, not {len(text)}")
+    if any(ord(ch) < 32 and ch not in "\t\n\r" for ch in text):
+        raise ConfigError(f"{path}: {what}: holds a control character (a NUL byte?)")
 
 
 def read_hyperparameters(path: Path) -> dict[str, Any]:
@@ -105,7 +165,22 @@ def read_hyperparameters(path: Path) -> dict[str, Any]:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path} must hold a JSON object of name to value")
-    return {str(k): decode_hyperparameter(v) for k, v in data.items()}
+    if len(data) > MAX_HYPERPARAMETERS:
+        raise ConfigError(f"{path}: at most {MAX_HYPERPARAMETERS} hyperparameters, not {len(data)}")
+    seen: dict[str, str] = {}
+    for key, value in data.items():
+        _check_text(path, "a hyperparameter name", key, MAX_HP_KEY)
+        # SageMaker sends strings; a local tool may write plain JSON values, which count as
+        # the text they would be sent as.
+        text = value if isinstance(value, str) else json.dumps(value)
+        if text:
+            _check_text(path, key, text, MAX_HP_VALUE)
+        other = seen.setdefault(env_key(key), key)
+        if other != key:
+            raise ConfigError(
+                f"{path}: {key}: collides with {other!r} (both are SM_HP_{env_key(key)})"
+            )
+    return {k: decode_hyperparameter(v) for k, v in data.items()}
 
 
 def read_input_data_config(path: Path) -> tuple[dict[str, Any], list[Channel]]:
@@ -114,21 +189,47 @@ def read_input_data_config(path: Path) -> tuple[dict[str, Any], list[Channel]]:
         return {}, []
     if not isinstance(data, dict):
         raise ConfigError(f"{path} must hold a JSON object of channel name to its settings")
+    if len(data) > MAX_CHANNELS:
+        raise ConfigError(f"{path}: at most {MAX_CHANNELS} channels, not {len(data)}")
     channels = []
+    seen: dict[str, str] = {}
     for name in sorted(data):
+        if len(name) > MAX_CHANNEL_NAME or not CHANNEL_NAME.fullmatch(name) or name in (".", ".."):
+            raise ConfigError(
+                f"{path}: {name!r}: not a channel name (letters, digits, '.', '-' and '_', "
+                f"at most {MAX_CHANNEL_NAME}, not '.' or '..')"
+            )
+        other = seen.setdefault(env_key(name), name)
+        if other != name:
+            raise ConfigError(
+                f"{path}: {name}: collides with channel {other!r} (both are "
+                f"SM_CHANNEL_{env_key(name)})"
+            )
         spec = data[name]
         if not isinstance(spec, dict):
-            raise ConfigError(f"{path}: channel {name!r} must be an object, not {spec!r}")
+            raise ConfigError(f"{path}: {name}: must be an object, not {type(spec).__name__}")
         mode = spec.get("TrainingInputMode", "File")
-        if mode not in ("File", "Pipe", "FastFile"):
-            raise ConfigError(f"{path}: channel {name!r} has unknown TrainingInputMode {mode!r}")
+        if mode not in INPUT_MODES:
+            raise ConfigError(
+                f"{path}: {name}.TrainingInputMode: {mode!r} is not one of {', '.join(INPUT_MODES)}"
+            )
+        for setting, allowed in (
+            ("S3DistributionType", S3_DISTRIBUTIONS),
+            ("RecordWrapperType", RECORD_WRAPPERS),
+        ):
+            if spec.get(setting) is not None and spec[setting] not in allowed:
+                raise ConfigError(
+                    f"{path}: {name}.{setting}: {spec[setting]!r} is not one of "
+                    f"{', '.join(allowed)}"
+                )
+        content_type = _optional_str(path, spec, "ContentType")
         channels.append(
             Channel(
                 name=name,
                 mode=mode,
                 distribution=spec.get("S3DistributionType"),
                 record_wrapper=spec.get("RecordWrapperType"),
-                content_type=spec.get("ContentType"),
+                content_type=content_type,
             )
         )
     return data, channels

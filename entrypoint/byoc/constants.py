@@ -17,7 +17,6 @@ CHECKPOINT_DIR = "checkpoints"
 CODE_DIR = "code"
 SUCCESS_FILE = "output/success"
 FAILURE_FILE = "output/failure"
-FAILURE_LIMIT = 1024  # characters SageMaker takes as FailureReason
 
 # --- variables the platform or the user sets -------------------------------------------------
 SAGEMAKER_PROGRAM = "SAGEMAKER_PROGRAM"
@@ -71,7 +70,6 @@ RUNTIME_DIR = "/run/byoc"
 INIT_MARKER_ENV = "BYOC_INIT"  # set by byoc-init for all it starts (docker/bash-env.sh reads it)
 
 # --- SM_* variables exported to the training processes ----------------------------------------
-SM_PREFIX = "SM_"
 SM_HP_PREFIX = "SM_HP_"
 SM_CHANNEL_PREFIX = "SM_CHANNEL_"
 SM_MODEL_DIR = "SM_MODEL_DIR"

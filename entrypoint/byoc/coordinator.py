@@ -27,6 +27,8 @@ import urllib.request
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from byoc.deadline import Deadline
+
 MAX_BODY = 64 * 1024  # a join or a report is a few KB
 
 
@@ -124,14 +126,13 @@ class JobState:
     def wait_for(self, what: Callable[[], set[str]], timeout: float, stop=None) -> set[str]:
         """Wait until what() (called under the lock) is empty; what is left after timeout, or
         as soon as stop (a threading.Event) is set."""
-        deadline = time.monotonic() + timeout
+        deadline = Deadline(timeout, "the leader's wait")
         with self.lock:
             while True:
                 missing = what()
-                left = deadline - time.monotonic()
-                if not missing or left <= 0 or (stop is not None and stop.is_set()):
+                if not missing or deadline.expired() or (stop is not None and stop.is_set()):
                     return missing
-                self.lock.wait(min(left, 0.2))
+                self.lock.wait(min(deadline.left(), 0.2))
 
     def missing_members(self, hosts: list[str]) -> Callable[[], set[str]]:
         return lambda: set(hosts) - set(self.members)
@@ -228,22 +229,20 @@ def poll(
 ) -> dict:
     """Ask the leader until done(answer): bounded by `appear` seconds until it first answers,
     then by `lost_after` seconds of silence. A refusal (Refused) is final."""
-    start = time.monotonic()
-    last_ok: float | None = None
+    silence = Deadline(appear, "the wait for the leader")
+    answered = False
     while True:
         try:
             answer = request(leader, port, path, body)
-            last_ok = time.monotonic()
+            answered, silence = True, Deadline(lost_after, "the leader's silence")
             if done(answer):
                 return answer
         except (OSError, json.JSONDecodeError) as exc:
-            now = time.monotonic()
-            if last_ok is None and now - start > appear:
-                raise LeaderLost(
-                    f"leader {leader} did not answer on port {port} within {appear:.0f} s ({exc})"
-                ) from exc
-            if last_ok is not None and now - last_ok > lost_after:
-                raise LeaderLost(
-                    f"leader {leader} unreachable for {lost_after:.0f} s ({exc})"
-                ) from exc
+            if silence.expired():
+                why = (
+                    f"unreachable for {lost_after:.0f} s"
+                    if answered
+                    else f"did not answer on port {port} within {appear:.0f} s"
+                )
+                raise LeaderLost(f"leader {leader} {why} ({exc})") from exc
         time.sleep(0.25)

@@ -19,6 +19,7 @@ from collections.abc import MutableMapping
 from pathlib import Path
 
 from byoc import constants as C
+from byoc import settings
 
 
 class CompatError(ValueError):
@@ -55,12 +56,10 @@ def decide(
     version_file: Path = Path(C.NVIDIA_DRIVER_VERSION_FILE),
 ) -> str | None:
     """Put compat_dir first on env's LD_LIBRARY_PATH where it is needed; say why, or None."""
-    mode = env.get(C.CUDA_COMPAT_ENV, "auto").strip().lower() or "auto"
-    if mode not in C.CUDA_COMPAT_MODES:
-        raise CompatError(
-            f"{C.CUDA_COMPAT_ENV}={env[C.CUDA_COMPAT_ENV]!r}: expected one of "
-            f"{', '.join(C.CUDA_COMPAT_MODES)}"
-        )
+    try:
+        mode = settings.choice(dict(env), C.CUDA_COMPAT_ENV, C.CUDA_COMPAT_MODES, "auto")
+    except settings.SettingsError as exc:
+        raise CompatError(str(exc)) from None
     if mode == "off":
         return None
     compat = compat_driver(compat_dir)

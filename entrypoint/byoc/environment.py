@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from typing import Any
 
 from byoc import constants as C
-from byoc.config import JobConfig
+from byoc.config import JobConfig, env_key
 
 
 def user_hyperparameters(hps: dict[str, Any]) -> dict[str, Any]:
@@ -43,8 +42,58 @@ def _env_value(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=True)
 
 
-def _env_key(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_]", "_", name).upper()
+# sagemaker_* hyperparameters the toolkit consumes itself; the others are "framework parameters".
+TOOLKIT_HYPERPARAMETERS = (
+    "sagemaker_program",
+    "sagemaker_submit_directory",
+    "sagemaker_enable_cloudwatch_metrics",
+    "sagemaker_region",
+    "sagemaker_container_log_level",
+    "sagemaker_job_name",
+    "sagemaker_default_module_name",
+    "sagemaker_tuning_objective_metric",
+    "sagemaker_s3_output",
+)
+# What asks the toolkit for its distribution instance groups (environment.py of 5.x).
+_DISTRIBUTED = (
+    "sagemaker_mpi_enabled",
+    "sagemaker_parameter_server_enabled",
+    "sagemaker_distributed_dataparallel_enabled",
+    "sagemaker_pytorch_ddp_enabled",
+    "sagemaker_pytorch_xla_multi_worker_enabled",
+    "sagemaker_multi_worker_mirrored_strategy_enabled",
+    "sagemaker_torch_distributed_enabled",
+)
+
+
+def _instance_groups(cfg: JobConfig) -> dict[str, Any]:
+    """The toolkit's heterogeneous-cluster variables (one group, homogeneousCluster, usually)."""
+    resource = cfg.resource_config
+    current = resource.get("current_group_name") or "homogeneousCluster"
+    groups = [
+        g
+        for g in resource.get("instance_groups") or []
+        if isinstance(g.get("instance_group_name"), str)
+    ]
+    framework = {
+        k: v
+        for k, v in cfg.hyperparameters.items()
+        if k.startswith(C.HP_PREFIX) and k not in TOOLKIT_HYPERPARAMETERS
+    }
+    distribution = framework.get("sagemaker_distribution_instance_groups")
+    if distribution is None:
+        distribution = [current] if any(framework.get(k) for k in _DISTRIBUTED) else []
+    return {
+        "SM_CURRENT_INSTANCE_GROUP": current,
+        "SM_CURRENT_INSTANCE_GROUP_HOSTS": next(
+            (g.get("hosts", []) for g in groups if g["instance_group_name"] == current), []
+        ),
+        "SM_INSTANCE_GROUPS": [g["instance_group_name"] for g in groups],
+        "SM_INSTANCE_GROUPS_DICT": {g["instance_group_name"]: g for g in groups},
+        "SM_DISTRIBUTION_INSTANCE_GROUPS": distribution,
+        "SM_IS_HETERO": len(groups) > 1,
+        "SM_FRAMEWORK_PARAMS": framework,
+    }
 
 
 def sm_variables(
@@ -64,7 +113,7 @@ def sm_variables(
     training_env: dict[str, Any] = {
         "channel_input_dirs": channel_dirs,
         "current_host": cfg.current_host,
-        "current_instance_type": cfg.instance_type,
+        "current_instance_type": cfg.instance_type or "local",
         "hosts": cfg.hosts,
         "hyperparameters": hps,
         "input_config_dir": str(root / "input" / "config"),
@@ -75,7 +124,7 @@ def sm_variables(
         "model_dir": str(root / C.MODEL_DIR),
         "module_dir": module_dir,
         "module_name": module_name,
-        "network_interface_name": cfg.network_interface,
+        "network_interface_name": cfg.network_interface or "eth0",
         "num_cpus": num_cpus,
         "num_gpus": num_gpus,
         "output_data_dir": str(root / C.OUTPUT_DATA_DIR),
@@ -87,6 +136,7 @@ def sm_variables(
         C.SM_MODEL_DIR: str(root / C.MODEL_DIR),
         C.SM_OUTPUT_DIR: str(root / C.OUTPUT_DIR),
         C.SM_OUTPUT_DATA_DIR: str(root / C.OUTPUT_DATA_DIR),
+        "SM_OUTPUT_INTERMEDIATE_DIR": str(root / C.OUTPUT_DIR / "intermediate"),
         C.SM_INPUT_DIR: str(root / "input"),
         C.SM_INPUT_CONFIG_DIR: str(root / "input" / "config"),
         C.SM_CHECKPOINT_DIR: str(root / C.CHECKPOINT_DIR),
@@ -99,6 +149,7 @@ def sm_variables(
         C.SM_MASTER_ADDR: cfg.leader,
         C.SM_NUM_GPUS: str(num_gpus),
         C.SM_NUM_CPUS: str(num_cpus),
+        "SM_NUM_NEURONS": "0",  # no Neuron SDK in this image
         C.SM_USER_ARGS: _env_value(user_args),
         C.SM_USER_ENTRY_POINT: os.path.basename(entry_point),
         C.SM_MODULE_DIR: module_dir,
@@ -109,14 +160,13 @@ def sm_variables(
         C.SM_FRAMEWORK_MODULE: "",
         C.SM_TRAINING_ENV: _env_value(training_env),
     }
-    if cfg.network_interface:
-        env[C.SM_NETWORK_INTERFACE_NAME] = cfg.network_interface
-    if cfg.instance_type:
-        env[C.SM_CURRENT_INSTANCE_TYPE] = cfg.instance_type
+    env[C.SM_NETWORK_INTERFACE_NAME] = cfg.network_interface or "eth0"  # the toolkit's default
+    env[C.SM_CURRENT_INSTANCE_TYPE] = cfg.instance_type or "local"
+    env.update({k: _env_value(v) for k, v in _instance_groups(cfg).items()})
     for name, path in channel_dirs.items():
-        env[C.SM_CHANNEL_PREFIX + _env_key(name)] = path
+        env[C.SM_CHANNEL_PREFIX + env_key(name)] = path
     for key, value in hps.items():
-        env[C.SM_HP_PREFIX + _env_key(key)] = _env_value(value)
+        env[C.SM_HP_PREFIX + env_key(key)] = _env_value(value)
     return env
 
 

@@ -92,9 +92,7 @@ def follow(cfg: JobConfig, keys: dict, settings: Settings) -> list[ssh.Member]:
             lambda a: bool(a.get("complete")) or a.get("state") == "done",
             **common,
         )
-    except coordinator.LeaderLost as exc:
-        raise JobError(f"Worker {me}: {exc}") from exc
-    except coordinator.Refused as exc:
+    except (coordinator.LeaderLost, coordinator.Refused) as exc:
         raise JobError(f"Worker {me}: {exc}") from exc
     if not answer.get("complete"):
         raise JobError(

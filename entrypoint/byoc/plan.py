@@ -20,6 +20,8 @@ from byoc import constants as C
 from byoc.config import ConfigError, JobConfig
 from byoc.settings import Settings
 
+HPS = C.HYPERPARAMETERS.rsplit("/", 1)[-1]  # the file errors name
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -47,7 +49,7 @@ def _flag(hps: dict[str, Any], name: str) -> bool:
         return True
     if str(value).strip().lower() in ("false", "0", "no"):
         return False
-    raise ConfigError(f"hyperparameter {name} must be true or false, got {value!r}")
+    raise ConfigError(f"{HPS}: {name}: must be true or false, got {value!r}")
 
 
 def choose_launcher(hps: dict[str, Any], forced: str | None) -> tuple[str, str]:
@@ -57,16 +59,16 @@ def choose_launcher(hps: dict[str, Any], forced: str | None) -> tuple[str, str]:
     for name in C.HP_SMDISTRIBUTED:
         if _flag(hps, name):
             raise ConfigError(
-                f"hyperparameter {name} asks for SageMaker's smdistributed launcher, which this "
-                "image does not have. Use distribution={'torch_distributed': {'enabled': True}} "
+                f"{HPS}: {name}: asks for SageMaker's smdistributed launcher, which this image "
+                "does not have. Use distribution={'torch_distributed': {'enabled': True}} "
                 "(torchrun, PyTorch DDP) or {'mpi': {'enabled': True}} (Horovod) instead."
             )
     mpi = _flag(hps, C.HP_MPI_ENABLED)
     torch_distributed = _flag(hps, C.HP_TORCH_DISTRIBUTED_ENABLED)
     if mpi and torch_distributed:
         raise ConfigError(
-            f"hyperparameters {C.HP_MPI_ENABLED} and {C.HP_TORCH_DISTRIBUTED_ENABLED} are both "
-            "true: choose one distribution"
+            f"{HPS}: {C.HP_MPI_ENABLED}, {C.HP_TORCH_DISTRIBUTED_ENABLED}: both true: choose "
+            "one distribution"
         )
     if torch_distributed:
         return "torchrun", C.HP_TORCH_DISTRIBUTED_ENABLED
@@ -82,7 +84,7 @@ def _slots_value(value: Any, what: str) -> int:
         number = 0
     if not 1 <= number <= C.MAX_SLOTS_PER_HOST:
         raise ConfigError(
-            f"{what} must be a whole number from 1 to {C.MAX_SLOTS_PER_HOST}, got {value!r}"
+            f"{HPS}: {what}: must be a whole number from 1 to {C.MAX_SLOTS_PER_HOST}, got {value!r}"
         )
     return number
 

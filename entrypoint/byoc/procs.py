@@ -10,7 +10,26 @@ import sys
 import time
 from pathlib import Path
 
+from byoc.deadline import Deadline
 from byoc.report import OutputWatcher
+
+
+class CommandFailed(Exception):
+    """A helper command (ssh-keygen, useradd, ...) failed; the message has its own words."""
+
+
+def check_output(cmd: list[str]) -> str:
+    """Run a short helper command; its stdout, or CommandFailed naming it and its stderr."""
+    try:
+        result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    except OSError as exc:
+        raise CommandFailed(f"cannot run {cmd[0]}: {exc}") from exc
+    if result.returncode != 0:
+        raise CommandFailed(f"{cmd[0]} failed ({result.returncode}): {result.stderr.strip()}")
+    return result.stdout
+
+
+_STARTED: list[subprocess.Popen] = []  # what run_watched started, for terminate_all
 
 
 def run_watched(cmd: list[str], env: dict[str, str], cwd: Path, watcher: OutputWatcher) -> int:
@@ -26,6 +45,7 @@ def run_watched(cmd: list[str], env: dict[str, str], cwd: Path, watcher: OutputW
         errors="replace",
         bufsize=1,
     )
+    _STARTED.append(proc)
     assert proc.stdout is not None
     for line in proc.stdout:
         sys.stdout.write(line)
@@ -63,15 +83,14 @@ def in_our_container() -> bool:
 
 def terminate_all(grace: float) -> None:
     """SIGTERM to every other process of the container (ranks under sshd's sessions too, which
-    PID 1's group signal misses); SIGKILL what is left after grace seconds."""
-    if not in_our_container():
-        return
-    targets = _others()
+    PID 1's group signal misses), or outside our container to what we started ourselves; SIGKILL
+    what is left after grace seconds."""
+    targets = _others() if in_our_container() else [p.pid for p in _STARTED if p.poll() is None]
     for pid in targets:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and any(_alive(p) for p in targets):
+    deadline = Deadline(grace, "the grace after SIGTERM")
+    while not deadline.expired() and any(_alive(p) for p in targets):
         time.sleep(0.2)
     for pid in targets:
         if _alive(pid):

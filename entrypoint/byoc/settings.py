@@ -18,7 +18,7 @@ class SettingsError(ValueError):
     """A variable holds a value the image cannot use; the message names it."""
 
 
-def _seconds(env: dict[str, str], name: str, default: float, high: float = DAY) -> float:
+def seconds(env: dict[str, str], name: str, default: float, high: float = DAY) -> float:
     raw = env.get(name, "").strip()
     if not raw:
         return default
@@ -33,7 +33,7 @@ def _seconds(env: dict[str, str], name: str, default: float, high: float = DAY) 
     return value
 
 
-def _int(env: dict[str, str], name: str, default: int, low: int, high: int) -> int:
+def integer(env: dict[str, str], name: str, default: int, low: int, high: int) -> int:
     raw = env.get(name, "").strip()
     if not raw:
         return default
@@ -46,7 +46,7 @@ def _int(env: dict[str, str], name: str, default: int, low: int, high: int) -> i
     return value
 
 
-def _choice(env: dict[str, str], name: str, choices: tuple[str, ...], default: str) -> str:
+def choice(env: dict[str, str], name: str, choices: tuple[str, ...], default: str) -> str:
     raw = env.get(name, "").strip().lower()
     if not raw:
         return default
@@ -55,8 +55,16 @@ def _choice(env: dict[str, str], name: str, choices: tuple[str, ...], default: s
     return raw
 
 
-def _port(env: dict[str, str], name: str, default: int) -> int:
-    return _int(env, name, default, 1, 65535)
+def port(env: dict[str, str], name: str, default: int) -> int:
+    return integer(env, name, default, 1, 65535)
+
+
+ON = ("1", "true", "yes", "on")
+OFF = ("0", "false", "no", "off")
+
+
+def flag(env: dict[str, str], name: str, default: bool) -> bool:
+    return choice(env, name, ON + OFF, ON[0] if default else OFF[0]) in ON
 
 
 @dataclass(frozen=True)
@@ -75,18 +83,18 @@ class Settings:
 
 
 def load(env: dict[str, str]) -> Settings:
-    launcher = _choice(env, C.LAUNCHER_ENV, C.LAUNCHERS, "") or None
-    slots = _int(env, C.CPU_SLOTS_ENV, 0, 1, C.MAX_SLOTS_PER_HOST) or None
+    launcher = choice(env, C.LAUNCHER_ENV, C.LAUNCHERS, "") or None
+    slots = integer(env, C.CPU_SLOTS_ENV, 0, 1, C.MAX_SLOTS_PER_HOST) or None
     return Settings(
         launcher=launcher,
         cpu_slots=slots,
-        ssh_port=_port(env, C.SSH_PORT_ENV, C.DEFAULT_SSH_PORT),
-        coordinator_port=_port(env, C.COORD_PORT_ENV, C.DEFAULT_COORD_PORT),
-        torchrun_port=_port(env, C.TORCHRUN_PORT_ENV, C.DEFAULT_TORCHRUN_PORT),
-        peer_timeout=_seconds(env, C.PEER_TIMEOUT_ENV, C.DEFAULT_PEER_TIMEOUT),
-        leader_timeout=_seconds(env, C.LEADER_TIMEOUT_ENV, C.DEFAULT_LEADER_TIMEOUT),
-        leader_lost_after=_seconds(env, C.LEADER_LOST_ENV, C.DEFAULT_LEADER_LOST),
-        start_timeout=_int(env, C.START_TIMEOUT_ENV, C.DEFAULT_START_TIMEOUT, 1, int(DAY)),
-        term_grace=_seconds(env, C.TERM_GRACE_ENV, C.DEFAULT_TERM_GRACE, high=3600),
-        ssh_trust=_choice(env, C.SSH_TRUST_ENV, C.SSH_TRUST_MODES, "auto"),
+        ssh_port=port(env, C.SSH_PORT_ENV, C.DEFAULT_SSH_PORT),
+        coordinator_port=port(env, C.COORD_PORT_ENV, C.DEFAULT_COORD_PORT),
+        torchrun_port=port(env, C.TORCHRUN_PORT_ENV, C.DEFAULT_TORCHRUN_PORT),
+        peer_timeout=seconds(env, C.PEER_TIMEOUT_ENV, C.DEFAULT_PEER_TIMEOUT),
+        leader_timeout=seconds(env, C.LEADER_TIMEOUT_ENV, C.DEFAULT_LEADER_TIMEOUT),
+        leader_lost_after=seconds(env, C.LEADER_LOST_ENV, C.DEFAULT_LEADER_LOST),
+        start_timeout=integer(env, C.START_TIMEOUT_ENV, C.DEFAULT_START_TIMEOUT, 1, int(DAY)),
+        term_grace=seconds(env, C.TERM_GRACE_ENV, C.DEFAULT_TERM_GRACE, high=3600),
+        ssh_trust=choice(env, C.SSH_TRUST_ENV, C.SSH_TRUST_MODES, "auto"),
     )

@@ -15,15 +15,19 @@ distribution's sshd_config includes first.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
 import os
 import pwd
-import socket
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from byoc import constants as C
+from byoc import procs
+from byoc.deadline import Deadline
 
 SSH_DIR = Path(C.RUNTIME_DIR) / "ssh"
 JOB_KEY = SSH_DIR / "id_job"
@@ -53,15 +57,12 @@ class Member:
 
 def _run(cmd: list[str]) -> str:
     try:
-        result = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    except OSError as exc:
-        raise SSHError(f"cannot run {cmd[0]}: {exc}") from exc
-    if result.returncode != 0:
-        raise SSHError(f"{cmd[0]} failed ({result.returncode}): {result.stderr.strip()}")
-    return result.stdout
+        return procs.check_output(cmd)
+    except procs.CommandFailed as exc:
+        raise SSHError(str(exc)) from exc
 
 
-def _write(path: Path, text: str, mode: int) -> None:
+def write_file(path: Path, text: str, mode: int, owner: tuple[int, int] | None = None) -> None:
     """Create or replace path with text, never readable by others while it is written."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     tmp = path.with_name(path.name + ".tmp")
@@ -69,6 +70,8 @@ def _write(path: Path, text: str, mode: int) -> None:
     with os.fdopen(fd, "w") as f:
         f.write(text)
     os.chmod(tmp, mode)
+    if owner:
+        os.chown(tmp, *owner)
     os.replace(tmp, path)
 
 
@@ -101,6 +104,15 @@ def host_public_keys(host_keys: list[Path]) -> list[str]:
     return [" ".join(Path(f"{k}.pub").read_text().split()[:2]) for k in host_keys]
 
 
+def fingerprint(public_key: str) -> str:
+    """SHA256:... of an 'ssh-ed25519 AAAA...' line, as `ssh-keygen -l` prints it; '?' if bad."""
+    try:
+        blob = base64.b64decode(public_key.split()[1], validate=True)
+    except (IndexError, binascii.Error):
+        return "?"
+    return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
+
+
 def given_private_key(env: dict[str, str]) -> str | None:
     """The job's private key where the platform hands one in, else None."""
     if env.get(C.SSH_KEY_ENV):
@@ -118,7 +130,7 @@ def ensure_identity(path: Path, given: str | None = None) -> str:
     """This host's client key at path: the given key, the one already there, or a new one.
     Returns its public half. A key already at path is used as it is, never replaced."""
     if given is not None:
-        _write(path, given.strip() + "\n", 0o600)
+        write_file(path, given.strip() + "\n", 0o600)
     elif not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "byoc-job", "-f", str(path)])
@@ -140,31 +152,62 @@ def known_hosts_text(members: list[Member], me: str) -> str:
     return "".join(line + "\n" for line in lines)
 
 
-def sshd_settings(port: int, host_keys: list[Path]) -> list[str]:
-    """Public keys only, from the job's authorized_keys file; no forwarding; room for mpirun."""
-    return [
+def sshd_settings(
+    port: int,
+    host_keys: list[Path],
+    authorized_keys: Path = AUTHORIZED_KEYS,
+    *,
+    user: str = "root",
+    forwarding: bool = False,
+    pam: bool | None = False,
+    session_env: dict[str, str] | None = None,
+    log_level: str = "ERROR",
+) -> list[str]:
+    """sshd settings for every sshd the image runs: public keys only, from one authorized_keys
+    file; no passwords; room for mpirun's many sessions. forwarding: TCP and agent forwarding
+    and sftp (development mode: VS Code, TensorBoard tunnels). pam None: the distribution's
+    choice. session_env: variables every session gets (SetEnv)."""
+    lines = [
         f"Port {port}",
         *[f"HostKey {k}" for k in host_keys],
-        f"AuthorizedKeysFile {AUTHORIZED_KEYS}",
-        "PermitRootLogin prohibit-password",
+        f"AuthorizedKeysFile {authorized_keys}",
+        "AuthenticationMethods publickey",
         "PubkeyAuthentication yes",
         "PasswordAuthentication no",
         "PermitEmptyPasswords no",
         "KbdInteractiveAuthentication no",
-        "X11Forwarding no",
-        "AllowAgentForwarding no",
+        f"PermitRootLogin {'prohibit-password' if user == 'root' else 'no'}",
+        f"AllowUsers {user}",
         "PermitUserEnvironment no",
-        "LogLevel ERROR",
+        "X11Forwarding no",
+        f"AllowTcpForwarding {'yes' if forwarding else 'no'}",
+        f"AllowAgentForwarding {'yes' if forwarding else 'no'}",
+        f"LogLevel {log_level}",
         # mpirun's orted and horovodrun open many sessions at once.
         "MaxStartups 100:30:200",
         "MaxSessions 100",
     ]
+    if forwarding:
+        lines += ["Subsystem sftp internal-sftp", "ClientAliveInterval 60", "PrintMotd no"]
+    if pam is not None:
+        lines.append(f"UsePAM {'yes' if pam else 'no'}")
+    pairs = [f'"{k}={v}"' for k, v in (session_env or {}).items()]
+    if pairs:
+        # A command over ssh (horovodrun's, mpirun's) gets no login shell: give it our PATH.
+        lines.append("SetEnv " + " ".join(pairs))
+    return lines
 
 
-def client_config_text(members: list[Member], port: int, identity: Path) -> str:
-    """ssh to a job host (ours, horovodrun's, mpirun's, a platform driver's) uses the job's
-    identity and port, checks the host key strictly against the job's known_hosts, never asks."""
-    patterns = sorted({m.host for m in members} | {a for m in members for a in m.addresses})
+def client_config_text(
+    patterns: list[str],
+    port: int,
+    identity: str | Path,
+    known_hosts: str | Path,
+    strict: str = "yes",
+) -> str:
+    """ssh to the given hosts (ours, horovodrun's, mpirun's, a platform driver's) uses that
+    identity and port, checks host keys against known_hosts (strict: yes, or accept-new where
+    they cannot be known in advance), never asks."""
     return "\n".join(
         [
             f"Host {' '.join(patterns)}",
@@ -172,8 +215,8 @@ def client_config_text(members: list[Member], port: int, identity: Path) -> str:
             f"    IdentityFile {identity}",
             "    IdentitiesOnly yes",
             "    BatchMode yes",
-            "    StrictHostKeyChecking yes",
-            f"    UserKnownHostsFile {KNOWN_HOSTS}",
+            f"    StrictHostKeyChecking {strict}",
+            f"    UserKnownHostsFile {known_hosts}",
             "    LogLevel ERROR",
             "    ConnectTimeout 10",
             "    ServerAliveInterval 15",
@@ -189,15 +232,16 @@ def write_trust(
     known_hosts (every job host's host keys) and the client configuration."""
     keys = [m.user_key for m in members if m.host in allowed]
     addresses = [a for m in members for a in m.addresses] + ["127.0.0.1"]
-    _write(AUTHORIZED_KEYS, authorized_keys_text(keys, addresses), 0o600)
-    _write(KNOWN_HOSTS, known_hosts_text(members, me), 0o644)
-    _write(CLIENT_DROPIN, client_config_text(members, port, identity), 0o644)
+    write_file(AUTHORIZED_KEYS, authorized_keys_text(keys, addresses), 0o600)
+    write_file(KNOWN_HOSTS, known_hosts_text(members, me), 0o644)
+    patterns = sorted({m.host for m in members} | {a for m in members for a in m.addresses})
+    write_file(CLIENT_DROPIN, client_config_text(patterns, port, identity, KNOWN_HOSTS), 0o644)
 
 
 def write_sshd_config(port: int, host_keys: list[Path], path: Path = SSHD_CONFIG) -> Path:
     """A complete sshd configuration for `train`'s own sshd (started with -f)."""
-    lines = [*sshd_settings(port, host_keys), "UsePAM no", "PidFile none"]
-    _write(path, "\n".join(lines) + "\n", 0o600)
+    lines = [*sshd_settings(port, host_keys), "PidFile none"]
+    write_file(path, "\n".join(lines) + "\n", 0o600)
     return path
 
 
@@ -206,7 +250,7 @@ def write_sshd_dropin(port: int, host_keys: list[Path], path: Path = SSHD_DROPIN
     (first value wins in sshd). PAM stays as the distribution has it: the SageMaker SDK's MPI
     driver hands the job's environment to remote ranks through /etc/environment, which only
     pam_env reads."""
-    _write(path, "\n".join(sshd_settings(port, host_keys)) + "\n", 0o644)
+    write_file(path, "\n".join(sshd_settings(port, host_keys, pam=None)) + "\n", 0o644)
     Path("/run/sshd").mkdir(parents=True, exist_ok=True, mode=0o755)
     _run(["/usr/sbin/sshd", "-t"])
     return path
@@ -228,25 +272,12 @@ def link_into_home(target: Path, name: str) -> None:
 
 
 # --- waiting for the peers ---------------------------------------------------------------------
-def resolve(host: str, timeout: float) -> str:
-    """The IPv4 address of host, retrying while the name does not resolve yet (bounded)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return socket.getaddrinfo(host, None, socket.AF_INET)[0][4][0]
-        except socket.gaierror as exc:
-            if time.monotonic() >= deadline:
-                raise SSHError(
-                    f"host {host} did not resolve within {timeout:.0f} s: {exc}"
-                ) from exc
-            time.sleep(1)
-
-
 def wait_for_login(host: str, timeout: float) -> float:
     """Retry `ssh host true` until it works; the seconds it took. Error names the host."""
     start = time.monotonic()
+    deadline = Deadline(timeout, "the wait for a worker's sshd")
     last = ""
-    while time.monotonic() - start < timeout:
+    while not deadline.expired():
         result = subprocess.run(
             ["ssh", "-o", "ConnectTimeout=5", "--", host, "true"],
             capture_output=True,

@@ -59,7 +59,8 @@ def prepare(
     sm = environment.sm_variables(
         cfg,
         entry_point=program.entry_point,
-        module_dir=str(program.code_dir),
+        # As the toolkit: the submitted directory as given (an s3:// URI, say), else code/.
+        module_dir=code.submit_directory(hps, env) or str(code_dir),
         num_gpus=num_gpus,
         num_cpus=os.cpu_count() or 1,
         user_args=user_args,
@@ -113,6 +114,13 @@ def run_job(root: Path | None) -> tuple[int, str | None, Path]:
             f"{the_plan.world_size}; program {program.entry_point}",
             flush=True,
         )
+        if len(cfg.hosts) > 1 and launcher != "none" and not procs.in_our_container():
+            raise JobError(
+                "a job of several hosts runs only in the image's container (byoc-init as PID "
+                "1): it writes SSH configuration and opens ports, which it will not do on this "
+                "machine",
+                2,
+            )
         job = Job(cfg, the_settings, the_plan, run_env, program.code_dir, shutdown=SHUTDOWN)
         code_, failures = _launch(job)
         if code_ != 0:

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass
 
 import boto3
+import botocore.config
 import botocore.exceptions
+
+# botocore's rule for a region name (botocore/utils.py validate_region_name: a host label),
+# not empty.
+REGION_RE = re.compile(r"^(?![0-9]+$)(?!-)[a-zA-Z0-9-]{1,63}(?<!-)$")
+# An endpoint that does not answer fails in seconds, not botocore's default 60 s per attempt.
+CLIENT_CONFIG = botocore.config.Config(connect_timeout=10, read_timeout=60)
 
 
 class ToolError(Exception):
@@ -28,11 +36,17 @@ class Aws:
     account: str | None
 
     def client(self, name: str):
-        return self.session.client(name, region_name=self.region)
+        return self.session.client(name, region_name=self.region, config=CLIENT_CONFIG)
+
+
+def check_region(region: str | None, what: str = "--region") -> None:
+    if region is not None and not REGION_RE.fullmatch(region):
+        raise ToolError(f"{what} {region!r} is not an AWS region name (e.g. us-east-1)")
 
 
 def connect(region: str | None = None, need_account: bool = True) -> Aws:
     """A session from the usual AWS configuration; ToolError when there is none to use."""
+    check_region(region)
     try:
         session = boto3.Session(region_name=region) if region else boto3.Session()
     except botocore.exceptions.ProfileNotFound as exc:
@@ -42,6 +56,7 @@ def connect(region: str | None = None, need_account: bool = True) -> Aws:
         raise ToolError(
             "no AWS region: pass --region, set AWS_REGION, or `aws configure set region ...`"
         )
+    check_region(region, "the AWS configuration's region")
     if session.get_credentials() is None:
         if not need_account:
             return Aws(session, region, None)
@@ -53,7 +68,8 @@ def connect(region: str | None = None, need_account: bool = True) -> Aws:
     account = None
     if need_account:
         try:
-            account = session.client("sts", region_name=region).get_caller_identity()["Account"]
+            sts = session.client("sts", region_name=region, config=CLIENT_CONFIG)
+            account = sts.get_caller_identity()["Account"]
         except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
             raise ToolError(
                 f"the AWS credentials do not work (sts:GetCallerIdentity): {exc}", 1
@@ -78,3 +94,7 @@ def run(main, argv=None) -> int:
     except KeyboardInterrupt:
         say("interrupted")
         return 130
+    except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
+        # Every AWS call names itself where it is made; this is the net under the rest.
+        say(f"error: {aws_error('an AWS call', exc)}")
+        return 1

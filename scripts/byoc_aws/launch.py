@@ -27,6 +27,7 @@ import argparse
 import copy
 import io
 import json
+import math
 import re
 import sys
 import tarfile
@@ -35,14 +36,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import botocore.exceptions
-import botocore.session
 
-from byoc_aws.common import Aws, ToolError, aws_error, connect, run, say
+from byoc_aws import limits
+from byoc_aws.common import Aws, ToolError, aws_error, check_region, connect, run, say
 
-JOB_NAME_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 ROLE_RE = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/?[a-zA-Z_0-9+=,.@\-_/]+$")
 S3_RE = re.compile(r"^s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(/.*)?$")
-CHANNEL_RE = re.compile(r"^[A-Za-z0-9.\-_]+$")
 MODES = ("File", "FastFile", "Pipe")
 DISTRIBUTIONS = ("FullyReplicated", "ShardedByS3Key")  # of a channel's S3 data
 LAUNCH_DISTRIBUTIONS = ("mpi", "torch_distributed", "none")  # the SDK's distribution=
@@ -50,47 +49,48 @@ MPI_ONLY = ("processes_per_host", "custom_mpi_options")
 SSH_KEY_ENV = "BYOC_SSH_PRIVATE_KEY"  # entrypoint/byoc/constants.py SSH_KEY_ENV
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 SKIP_IN_SOURCE = {"__pycache__", ".git", ".ipynb_checkpoints"}
+# Bounds of the numeric options: SageMaker's own (botocore's model, limits.py) where it has them.
+MAX_PROCESSES_PER_HOST = 1024  # above the 384 vCPUs of the largest instances (ml.m8i.96xlarge)
+MAX_VOLUME_GB = 16384  # the largest EBS volume, 16 TiB
+POLL_S = (1.0, 3600.0)  # s between status checks: not a busy loop, not a --wait that seems hung
+MAX_SOURCE_BYTES = 1 << 30  # the tarball is made in memory; data belongs in a channel, not code
+# The hyperparameters launch sets itself, and the option that sets each.
+OWN_HYPERPARAMETERS = {
+    "sagemaker_program": "--entry-point",
+    "sagemaker_submit_directory": "--source-dir/--code-location",
+    "sagemaker_region": "--region",
+    "sagemaker_job_name": "--job-name",
+    "sagemaker_mpi_enabled": "--distribution",
+    "sagemaker_mpi_num_of_processes_per_host": "--processes-per-host",
+    "sagemaker_mpi_custom_mpi_options": "--custom-mpi-options",
+    "sagemaker_torch_distributed_enabled": "--distribution",
+    "sagemaker_instance_type": "--instance-type",
+}
 
 
 def sagemaker_model():
-    return botocore.session.get_session().get_service_model("sagemaker")
+    return limits.service_model()
 
 
 def training_instance_types() -> list[str]:
     return list(sagemaker_model().shape_for("TrainingInstanceType").enum)
 
 
-def parse_value(text: str):
-    """A hyperparameter's value: JSON when it parses (3, 0.1, true, [1,2]), else a string."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
-
-
-def sdk_encode(hyperparameters: dict) -> dict[str, str]:
-    """As the SDK's framework estimators do (PyTorch(...)): every value JSON-encoded."""
-    return {str(k): json.dumps(v) for k, v in hyperparameters.items()}
-
-
-def _pairs(items: list[str], what: str) -> dict[str, str]:
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ToolError(f"{what} {item!r}: expected KEY=VALUE")
-        out[key] = value
-    return out
+def s3_problem(uri: str) -> str | None:
+    if limits.CONTROL.search(uri) or not S3_RE.fullmatch(uri):
+        return "is not an s3://bucket/prefix URI"
+    return limits.text_problem(uri, "S3Uri")
 
 
 def parse_channel(text: str) -> dict:
     """NAME=S3_URI[,mode=File|FastFile|Pipe][,distribution=...][,wrap=RecordIO][,content-type=..]"""
     name, sep, rest = text.partition("=")
-    if not sep or not CHANNEL_RE.match(name):
+    if not sep or not name:
         raise ToolError(f"--channel {text!r}: expected NAME=s3://bucket/prefix[,mode=Pipe,...]")
     uri, *options = rest.split(",")
-    if not S3_RE.match(uri):
-        raise ToolError(f"--channel {name}: {uri!r} is not an s3://bucket/prefix URI")
+    problem = s3_problem(uri)
+    if problem:
+        raise ToolError(f"--channel {name}: {uri!r} {problem}")
     spec = {
         "ChannelName": name,
         "DataSource": {
@@ -118,25 +118,48 @@ def parse_channel(text: str) -> dict:
                 raise ToolError(f"--channel {name}: wrap must be RecordIO or None")
             spec["RecordWrapperType"] = value
         elif key == "content-type":
+            problem = limits.text_problem(value, "ContentType")
+            if problem:
+                raise ToolError(f"--channel {name}: content-type {value!r} {problem}")
             spec["ContentType"] = value
         else:
             raise ToolError(f"--channel {name}: unknown option {key!r}")
     return spec
 
 
+def source_files(source_dir: Path) -> tuple[list[Path], list[str]]:
+    """(the regular files to pack, the symlinks left out), MAX_SOURCE_BYTES at most."""
+    files, symlinks, size = [], [], 0
+    for path in sorted(source_dir.rglob("*")):
+        rel = path.relative_to(source_dir)
+        if any(part in SKIP_IN_SOURCE for part in rel.parts):
+            continue
+        if path.is_symlink():
+            symlinks.append(str(rel))
+        elif path.is_file():
+            files.append(path)
+            size += path.stat().st_size
+            if size > MAX_SOURCE_BYTES:
+                raise ToolError(
+                    f"--source-dir {source_dir}: more than {MAX_SOURCE_BYTES >> 20} MiB of files "
+                    "(the tarball is made in memory): put data in a --channel, not in the code"
+                )
+    return files, symlinks
+
+
 def pack_source(source_dir: Path) -> bytes:
     """sourcedir.tar.gz as the SDK makes it: the directory's files at the archive's root.
 
-    validate() has checked that source_dir holds the entry point.
+    validate() has checked that source_dir holds the entry point. Symlinks are left out.
     """
+    files, _ = source_files(source_dir)
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for path in sorted(source_dir.rglob("*")):
-            rel = path.relative_to(source_dir)
-            if any(part in SKIP_IN_SOURCE for part in rel.parts) or path.is_symlink():
-                continue
-            if path.is_file():
-                tar.add(path, arcname=str(rel), recursive=False)
+        for path in files:
+            try:
+                tar.add(path, arcname=str(path.relative_to(source_dir)), recursive=False)
+            except OSError as exc:
+                raise ToolError(f"--source-dir: cannot read {path}: {exc.strerror}") from None
     return buf.getvalue()
 
 
@@ -150,12 +173,12 @@ def distribution_hyperparameters(args) -> dict:
     torch_distributed: distribution={"torch_distributed": {"enabled": True}}:
     PyTorch._pytorch_distribution_configuration (pytorch/estimator.py) sets
     sagemaker_torch_distributed_enabled and sagemaker_instance_type.
-    none: distribution=None: nothing. sdk_encode JSON-encodes them, as PyTorch.hyperparameters()
-    does with EstimatorBase._json_encode_hyperparameters.
+    none: distribution=None: nothing. limits.hyperparameters JSON-encodes them, as
+    PyTorch.hyperparameters() does with EstimatorBase._json_encode_hyperparameters.
     """
     if args.distribution == "mpi":
         hps = {"sagemaker_mpi_enabled": True}
-        if args.processes_per_host:
+        if args.processes_per_host is not None:
             hps["sagemaker_mpi_num_of_processes_per_host"] = args.processes_per_host
         hps["sagemaker_mpi_custom_mpi_options"] = args.custom_mpi_options or ""
         return hps
@@ -219,7 +242,7 @@ def parse_args(argv):
     p.add_argument("--image-uri", required=True)
     p.add_argument("--role", required=True, help="IAM role ARN SageMaker assumes")
     p.add_argument("--instance-type", required=True, help="e.g. ml.g5.12xlarge")
-    p.add_argument("--instance-count", type=int, default=1)
+    p.add_argument("--instance-count", type=int, default=1, help="1 or more")
     p.add_argument(
         "--distribution",
         choices=LAUNCH_DISTRIBUTIONS,
@@ -231,7 +254,8 @@ def parse_args(argv):
     p.add_argument(
         "--processes-per-host",
         type=int,
-        help="Horovod ranks per instance (--distribution mpi only; default: one per GPU)",
+        help=f"Horovod ranks per instance, 1-{MAX_PROCESSES_PER_HOST} (--distribution mpi only; "
+        "default: one per GPU)",
     )
     p.add_argument(
         "--custom-mpi-options",
@@ -239,8 +263,15 @@ def parse_args(argv):
         help="the SDK's custom_mpi_options, passed to horovodrun --mpi-args (--distribution mpi "
         "only); write --custom-mpi-options='-x NCCL_DEBUG=INFO' when it starts with -",
     )
-    p.add_argument("--volume-size", type=int, default=50, help="GB of EBS per instance")
-    p.add_argument("--max-run", type=int, default=24 * 3600, help="seconds")
+    p.add_argument(
+        "--volume-size", type=int, default=50, help=f"GB of EBS per instance, 1-{MAX_VOLUME_GB}"
+    )
+    p.add_argument(
+        "--max-run",
+        type=int,
+        default=24 * 3600,
+        help=f"seconds, 1-{limits.MAX_RUNTIME_S} (SageMaker's maximum, 28 days)",
+    )
     p.add_argument("--job-name", help="default: <base-job-name>-<UTC time>")
     p.add_argument("--base-job-name", default="pytorch-horovod")
     p.add_argument("--hp", action="append", default=[], metavar="KEY=VALUE")
@@ -274,7 +305,12 @@ def parse_args(argv):
     p.add_argument("--region")
     p.add_argument("--dry-run", action="store_true", help="print the request, create nothing")
     p.add_argument("--wait", action="store_true", help="follow status and logs until the end")
-    p.add_argument("--poll", type=float, default=15.0, help="seconds between status checks")
+    p.add_argument(
+        "--poll",
+        type=float,
+        default=15.0,
+        help=f"seconds between status checks, {POLL_S[0]:g}-{POLL_S[1]:g}",
+    )
     args = p.parse_args(argv)
     if args.distribution != "mpi":
         for name in MPI_ONLY:
@@ -284,12 +320,89 @@ def parse_args(argv):
     return args
 
 
+def _number(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _in_range(flag: str, value, low, high, unit: str, source: str) -> None:
+    if (isinstance(value, float) and not math.isfinite(value)) or not low <= value <= high:
+        raise ToolError(
+            f"{flag} must be {_number(low)}-{_number(high)}{unit} ({source}), not {_number(value)}"
+        )
+
+
+def check_numbers(args) -> None:
+    low, high = limits.int_range("TrainingInstanceCount", low=1)
+    _in_range("--instance-count", args.instance_count, low, high, "", "SageMaker's InstanceCount")
+    if args.processes_per_host is not None:
+        _in_range(
+            "--processes-per-host", args.processes_per_host, 1, MAX_PROCESSES_PER_HOST, "", "ranks"
+        )
+    low, high = limits.int_range("VolumeSizeInGB", high=MAX_VOLUME_GB)
+    _in_range("--volume-size", args.volume_size, low, high, " GB", "the largest EBS volume")
+    low, high = limits.int_range("MaxRuntimeInSeconds", high=limits.MAX_RUNTIME_S)
+    _in_range("--max-run", args.max_run, low, high, " s", "SageMaker's MaxRuntimeInSeconds")
+    if args.max_wait is not None:
+        if not args.spot:
+            raise ToolError("--max-wait is for managed spot training: add --spot")
+        if args.max_wait < args.max_run:
+            raise ToolError("--max-wait must be at least --max-run")
+        low, high = limits.int_range("MaxWaitTimeInSeconds", low=args.max_run)
+        _in_range("--max-wait", args.max_wait, low, high, " s", "SageMaker's MaxWaitTimeInSeconds")
+    _in_range("--poll", args.poll, *POLL_S, " s", "between status checks")
+
+
+def check_entry_point(args) -> None:
+    if bool(args.source_dir) != bool(args.entry_point):
+        raise ToolError("--source-dir and --entry-point go together")
+    if not args.source_dir:
+        return
+    if not args.source_dir.is_dir():
+        raise ToolError(f"--source-dir {args.source_dir} does not exist or is not a directory")
+    entry, rel = args.entry_point, Path(args.entry_point)
+    if limits.CONTROL.search(entry) or not entry.strip():
+        raise ToolError(f"--entry-point {entry!r} is not a file name")
+    if rel.is_absolute() or ".." in rel.parts:
+        raise ToolError(
+            f"--entry-point {entry}: a path inside --source-dir, relative to it, without '..'"
+        )
+    path = args.source_dir / rel
+    if path.is_symlink() or not path.resolve().is_relative_to(args.source_dir.resolve()):
+        raise ToolError(
+            f"--entry-point {entry} is a symlink or leads through one: the source tarball holds "
+            "regular files only, so the job would not find it"
+        )
+    if not path.is_file():
+        raise ToolError(f"--entry-point {entry} is not a file in {args.source_dir}")
+    if args.distribution == "torch_distributed" and not entry.endswith(".py"):
+        # as the SDK's fw_utils.validate_torch_distributed_distribution refuses it
+        raise ToolError("--distribution torch_distributed runs python programs: --entry-point *.py")
+    source_files(args.source_dir)  # its size
+
+
+def job_name(args) -> str:
+    if args.job_name is not None:
+        name, what = args.job_name, "--job-name"
+    else:
+        stamp = f"{datetime.now(timezone.utc):%Y-%m-%d-%H-%M-%S-%f}"[:-3]
+        name, what = f"{args.base_job_name}-{stamp}", f"--base-job-name {args.base_job_name!r}:"
+    problem = limits.text_problem(name, "TrainingJobName", controls=True)
+    if problem:
+        raise ToolError(f"{what} {name!r} {problem}: letters, digits and -, at most 63")
+    return name
+
+
 def validate(args) -> None:
     """Everything that can be checked without AWS, before anything is created."""
-    if not ROLE_RE.match(args.role):
+    if limits.text_problem(args.role, "RoleArn", controls=True) or not ROLE_RE.fullmatch(args.role):
         raise ToolError(
             f"--role {args.role!r} is not an IAM role ARN (arn:aws:iam::123456789012:role/NAME)"
         )
+    problem = limits.image_problem(args.image_uri) or limits.text_problem(
+        args.image_uri, "AlgorithmImage"
+    )
+    if problem:
+        raise ToolError(f"--image-uri {args.image_uri!r} {problem}")
     types = training_instance_types()
     if args.instance_type not in types:
         close = [t for t in types if t.startswith(args.instance_type.rsplit(".", 1)[0])][:6]
@@ -297,62 +410,60 @@ def validate(args) -> None:
             f"--instance-type {args.instance_type!r} is not a SageMaker training instance type"
             + (f" (similar: {', '.join(close)})" if close else " (e.g. ml.g5.12xlarge)")
         )
-    if args.instance_count < 1:
-        raise ToolError("--instance-count must be at least 1")
-    if args.processes_per_host is not None and args.processes_per_host < 1:
-        raise ToolError("--processes-per-host must be at least 1")
-    if (
-        args.distribution == "torch_distributed"
-        and args.entry_point
-        and not args.entry_point.endswith(".py")
-    ):  # as the SDK's fw_utils.validate_torch_distributed_distribution refuses it
-        raise ToolError("--distribution torch_distributed runs python programs: --entry-point *.py")
-    if not 1 <= args.volume_size <= 16384:
-        raise ToolError("--volume-size must be 1-16384 GB")
-    if args.max_run < 1:
-        raise ToolError("--max-run must be at least 1 second")
-    if args.max_wait is not None:
-        if not args.spot:
-            raise ToolError("--max-wait is for managed spot training: add --spot")
-        if args.max_wait < args.max_run:
-            raise ToolError("--max-wait must be at least --max-run")
-    if args.job_name and not JOB_NAME_RE.match(args.job_name):
-        raise ToolError(f"--job-name {args.job_name!r}: letters, digits and -, at most 63")
+    check_numbers(args)
+    check_region(args.region)
+    args.job = job_name(args)
     for uri, what in (
         (args.output_path, "--output-path"),
         (args.checkpoint_s3_uri, "--checkpoint-s3-uri"),
         (args.code_location, "--code-location"),
     ):
-        if uri and not S3_RE.match(uri):
-            raise ToolError(f"{what} {uri!r} is not an s3://bucket/prefix URI")
+        problem = uri is not None and s3_problem(uri)
+        if problem:
+            raise ToolError(f"{what} {uri!r} {problem}")
     if bool(args.subnet) != bool(args.security_group):
         raise ToolError("a VPC config needs both --subnet and --security-group")
-    if bool(args.source_dir) != bool(args.entry_point):
-        raise ToolError("--source-dir and --entry-point go together")
-    if args.source_dir:
-        if not args.source_dir.is_dir():
-            raise ToolError(f"--source-dir {args.source_dir} does not exist or is not a directory")
-        if not (args.source_dir / args.entry_point).is_file():
-            raise ToolError(f"--entry-point {args.entry_point} is not a file in {args.source_dir}")
+    for values, flag, item, group in (
+        (args.subnet, "--subnet", "SubnetId", "Subnets"),
+        (args.security_group, "--security-group", "SecurityGroupId", "VpcSecurityGroupIds"),
+    ):
+        if len(values) > limits.count_limit(group):
+            raise ToolError(f"{flag}: at most {limits.count_limit(group)} (SageMaker's {group})")
+        for value in values:
+            problem = limits.text_problem(value, item, controls=True)
+            if problem:
+                raise ToolError(f"{flag} {value!r} {problem}")
+    check_entry_point(args)
+    try:
+        limits.channel_names([c.partition("=")[0] for c in args.channel])
+    except limits.InputError as exc:
+        raise ToolError(str(exc)) from None
+    args.channel_specs = [parse_channel(c) for c in args.channel]
+    # The request with placeholders for what AWS tells: refuses what CreateTrainingJob would.
+    job_key = "<key>" if args.ssh_key_in_environment is not None else None
+    build_request(args, args.region or "us-east-1", "123456789012", args.job, job_key)
 
 
 def build_request(args, region: str, account: str, job_name: str, job_key: str | None) -> dict:
     bucket = f"sagemaker-{region}-{account}"
-    hps = {k: parse_value(v) for k, v in _pairs(args.hp, "--hp").items()}
-    env = _pairs(args.env, "--env")
+    own: dict = {}
     if args.entry_point:
         code_prefix = (args.code_location or f"s3://{bucket}").rstrip("/")
-        hps["sagemaker_program"] = args.entry_point
-        hps["sagemaker_submit_directory"] = f"{code_prefix}/{job_name}/source/sourcedir.tar.gz"
-    hps["sagemaker_region"] = region
-    hps["sagemaker_job_name"] = job_name
-    hps.update(distribution_hyperparameters(args))
+        own["sagemaker_program"] = args.entry_point
+        own["sagemaker_submit_directory"] = f"{code_prefix}/{job_name}/source/sourcedir.tar.gz"
+    own["sagemaker_region"] = region
+    own["sagemaker_job_name"] = job_name
+    own.update(distribution_hyperparameters(args))
+    try:
+        hyperparameters = limits.hyperparameters(args.hp, own, OWN_HYPERPARAMETERS)
+        env = limits.environment(
+            args.env, {SSH_KEY_ENV: "--ssh-key-in-environment"}, extra=bool(job_key)
+        )
+    except limits.InputError as exc:
+        raise ToolError(str(exc)) from None
     if job_key:
         env[SSH_KEY_ENV] = job_key
-    channels = [parse_channel(c) for c in args.channel]
-    names = [c["ChannelName"] for c in channels]
-    if len(set(names)) != len(names):
-        raise ToolError(f"channel names repeat: {names}")
+    channels = args.channel_specs
     output = (args.output_path or f"s3://{bucket}/").rstrip("/") + "/"
     request = {
         "TrainingJobName": job_name,
@@ -362,7 +473,7 @@ def build_request(args, region: str, account: str, job_name: str, job_key: str |
             "EnableSageMakerMetricsTimeSeries": False,
         },
         "RoleArn": args.role,
-        "HyperParameters": sdk_encode(hps),
+        "HyperParameters": hyperparameters,
         "OutputDataConfig": {"S3OutputPath": output},
         "ResourceConfig": {
             "InstanceType": args.instance_type,
@@ -433,12 +544,15 @@ def follow(aws: Aws, job_name: str, poll: float) -> int:
         except botocore.exceptions.ClientError as exc:
             if exc.response["Error"]["Code"] == "ResourceNotFoundException":
                 return  # no logs yet
-            raise
+            raise aws_error("logs:DescribeLogStreams", exc) from None
         for stream in streams:
             name = stream["logStreamName"]
             while True:
                 kw = {"nextToken": tokens[name]} if tokens.get(name) else {"startFromHead": True}
-                page = logs.get_log_events(logGroupName=LOG_GROUP, logStreamName=name, **kw)
+                try:
+                    page = logs.get_log_events(logGroupName=LOG_GROUP, logStreamName=name, **kw)
+                except botocore.exceptions.ClientError as exc:
+                    raise aws_error(f"logs:GetLogEvents {name}", exc) from None
                 for event in page["events"]:
                     print(f"[{name.split('/', 1)[-1]}] {event['message']}", flush=True)
                 if page.get("nextForwardToken") in (None, tokens.get(name)):
@@ -464,6 +578,20 @@ def follow(aws: Aws, job_name: str, poll: float) -> int:
         time.sleep(poll)
 
 
+def refuse_existing_job(aws: Aws, job_name: str) -> None:
+    """A job of that name has its source at the same S3 key: never overwrite, then delete it."""
+    try:
+        aws.client("sagemaker").describe_training_job(TrainingJobName=job_name)
+    except botocore.exceptions.ClientError as exc:
+        if exc.response["Error"]["Code"] in ("ValidationException", "ResourceNotFound"):
+            return  # no such job: the name is free
+        raise aws_error("sagemaker:DescribeTrainingJob", exc) from None
+    raise ToolError(
+        f"--job-name {job_name}: a training job of this name exists; its source and output "
+        "are left alone: choose another name"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     validate(args)
@@ -480,12 +608,7 @@ def main(argv: list[str] | None = None) -> int:
         except ToolError:
             region = args.region or "<region>"
         account = "<account>"
-    job_name = (
-        args.job_name
-        or (f"{args.base_job_name}-{datetime.now(timezone.utc):%Y-%m-%d-%H-%M-%S-%f}"[:-3])
-    )
-    if not JOB_NAME_RE.match(job_name):
-        raise ToolError(f"job name {job_name!r} is not valid: shorten --base-job-name")
+    job_name = args.job
     job_key = None  # by default the hosts make their own SSH trust; a key is opt-in
     if args.ssh_key_in_environment is True:
         job_key = new_job_key()
@@ -497,7 +620,13 @@ def main(argv: list[str] | None = None) -> int:
             "and the console show to anyone who may read the job"
         )
     request = build_request(args, region, account, job_name, job_key)
-    payload = pack_source(args.source_dir) if args.source_dir else None
+    payload = None
+    if args.source_dir:
+        payload = pack_source(args.source_dir)
+        _, symlinks = source_files(args.source_dir)
+        if symlinks:
+            shown = ", ".join(symlinks[:5]) + (", ..." if len(symlinks) > 5 else "")
+            say(f"note: --source-dir: {len(symlinks)} symlink(s) not packed: {shown}")
     if args.dry_run:
         print(json.dumps(redacted(request), indent=2))
         if payload is not None:
@@ -506,6 +635,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{json.loads(request['HyperParameters']['sagemaker_submit_directory'])}"
             )
         return 0
+    refuse_existing_job(aws, job_name)
     uploaded = None
     if payload is not None:
         uri = json.loads(request["HyperParameters"]["sagemaker_submit_directory"])
@@ -513,9 +643,12 @@ def main(argv: list[str] | None = None) -> int:
     sm = aws.client("sagemaker")
     try:
         arn = sm.create_training_job(**request)["TrainingJobArn"]
-    except (botocore.exceptions.ClientError, botocore.exceptions.ParamValidationError) as exc:
+    except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
         if uploaded:  # nothing half-created: the tarball goes with the failed request
-            aws.client("s3").delete_object(Bucket=uploaded[0], Key=uploaded[1])
+            try:
+                aws.client("s3").delete_object(Bucket=uploaded[0], Key=uploaded[1])
+            except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as err:
+                say(f"note: the uploaded source s3://{'/'.join(uploaded)} stays: {err}")
         raise aws_error("sagemaker:CreateTrainingJob", exc) from None
     say(f"created training job {job_name}")
     print(arn)

@@ -19,20 +19,33 @@ import time
 
 import botocore.exceptions
 
-from byoc_aws.common import ToolError, aws_error, connect, run, say
+from byoc_aws import limits
+from byoc_aws.common import ToolError, aws_error, check_region, connect, run, say
 
 LABEL = "io.github.pytorch-horovod."
 OCI = "org.opencontainers.image."
 # ECR's repository name rule (2-256 characters).
 REPOSITORY_RE = re.compile(r"^(?:[a-z0-9]+(?:[._-][a-z0-9]+)*/)*[a-z0-9]+(?:[._-][a-z0-9]+)*$")
 TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+# A registry is a host (DNS name, IPv4 or [IPv6]) with an optional port: no scheme, path or user.
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+REGISTRY_RE = re.compile(rf"(?:{_LABEL}(?:\.{_LABEL})*|\[[0-9A-Fa-f:.]+\])(?::([0-9]{{1,5}}))?")
 
 
 def check_repository_name(name: str) -> None:
-    if not 2 <= len(name) <= 256 or not REPOSITORY_RE.match(name):
+    if not 2 <= len(name) <= 256 or not REPOSITORY_RE.fullmatch(name):
         raise ToolError(
-            f"{name!r} is not a valid ECR repository name: lower-case letters, digits and . _ - /"
-            " separators, 2-256 characters (e.g. ml/pytorch-horovod)"
+            f"--repository {name!r} is not a valid ECR repository name: lower-case letters, "
+            "digits and . _ - / separators, 2-256 characters (e.g. ml/pytorch-horovod)"
+        )
+
+
+def check_registry(registry: str) -> None:
+    match = REGISTRY_RE.fullmatch(registry)
+    if not match or len(registry) > 255 or not 1 <= int(match.group(1) or 443) <= 65535:
+        raise ToolError(
+            f"--registry {registry!r}: a registry HOST[:PORT], without scheme, path or user "
+            "(e.g. 123456789012.dkr.ecr.us-east-1.amazonaws.com, localhost:5000)"
         )
 
 
@@ -61,7 +74,7 @@ def version_tag(labels: dict[str, str], image_id: str) -> str:
     else:
         parts.append(f"img{image_id.rsplit(':', maxsplit=1)[-1][:12]}")
     tag = re.sub(r"[^A-Za-z0-9_.-]", "_", "-".join(parts))
-    if not TAG_RE.match(tag):
+    if not TAG_RE.fullmatch(tag):
         raise ToolError(f"could not make a valid tag from the labels: {tag!r}")
     return tag
 
@@ -169,10 +182,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
 
+    # Everything checked before Docker or AWS is asked anything.
     check_repository_name(args.repository)
     for extra in args.tag:
-        if not TAG_RE.match(extra):
-            raise ToolError(f"--tag {extra!r} is not a valid Docker tag")
+        if not TAG_RE.fullmatch(extra):
+            raise ToolError(
+                f"--tag {extra!r} is not a valid Docker tag (letters, digits, _ . -; at most 128; "
+                "not starting with . or -)"
+            )
+    if args.registry is not None:
+        check_registry(args.registry)
+    check_region(args.region)
+    problem = limits.image_problem(args.image)
+    if problem:
+        raise ToolError(f"--image {args.image!r} {problem}")
     try:
         import docker
 
@@ -201,10 +224,15 @@ def main(argv: list[str] | None = None) -> int:
     elif flavor:
         say(f"note: immutable tags: no moving '{flavor}' tag")
     digest = None
-    for t in tags:
-        image.tag(target, tag=t)
+    for t in dict.fromkeys(tags):  # each once: an immutable repository refuses a second push
         say(f"pushing {target}:{t}")
-        digest = push_tag(docker_client, target, t, auth)
+        try:
+            image.tag(target, tag=t)
+            digest = push_tag(docker_client, target, t, auth)
+        except ToolError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - docker.errors.APIError, connection errors
+            raise ToolError(f"push of {target}:{t} failed: {exc}", 1) from None
     print(f"image_uri: {target}:{tag}")
     print(f"digest:    {target}@{digest}")
     return 0

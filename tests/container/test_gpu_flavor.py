@@ -151,12 +151,11 @@ def test_a_replaced_entrypoint_still_gets_byoc_init_and_mpi4py(gpu):
     """SageMaker SDK v3 starts the container with `bash -c ...`: the BASH_ENV hook puts
     byoc-init back as PID 1; mpi4py (its MPI driver's runner) speaks the image's Open MPI."""
     c = gpu.start(
-        None,
-        entrypoint=["/bin/bash", "-c"],
-        command=[
+        [
             "tr '\\0' ' ' </proc/1/cmdline; echo; "
             "python3 -c 'import mpi4py.MPI as M; print(M.Get_library_version().splitlines()[0])'"
         ],
+        entrypoint=["/bin/bash", "-c"],
     )
     status = c.wait(timeout=120)["StatusCode"]
     out = c.logs().decode(errors="replace")

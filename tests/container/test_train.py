@@ -77,8 +77,13 @@ def job(client, containers, tmp_path):
         return c, root
 
     def wait_all(timeout):
-        """{host: (exit code, seconds since the first start)}"""
-        return helpers.wait_all(started, timeout)
+        """{host: (exit code, seconds since the first start)}; every host must have ended."""
+        results = helpers.wait_all(started, timeout)
+        running = sorted(set(started) - set(results))
+        assert not running, f"{running} still running after {timeout} s:\n" + "\n".join(
+            f"--- {h}\n" + logs(c)[-6000:] for h, c in started.items()
+        )
+        return results
 
     class Job:
         pass

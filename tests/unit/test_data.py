@@ -17,6 +17,12 @@ from byoc.data import ChannelDataset, ChannelError, RecordError, Topology, datas
 from tests.pipe_fake import FakePipe
 
 
+@pytest.fixture(autouse=True)
+def _epoch_state_in_tmp_path(tmp_path, monkeypatch):
+    """ChannelDataset keeps epoch counters in a state directory: never the shared /tmp here."""
+    monkeypatch.setenv("BYOC_DATA_STATE_DIR", str(tmp_path / "epoch-state"))
+
+
 def recs(n: int, tag: str = "r", size: int = 0) -> list[bytes]:
     return [f"{tag}{i:05d}".encode() + b"x" * (size or i % 13) for i in range(n)]
 
@@ -463,3 +469,43 @@ def test_write_shards_leaves_no_torn_shard_on_error(tmp_path):
     with pytest.raises(OSError, match="went away"):
         shards.write_shards(source(), tmp_path / "o", records_per_shard=10)
     assert list((tmp_path / "o").iterdir()) == []
+
+
+def test_overwrite_stages_the_new_set_and_swaps_it_in_when_complete(tmp_path):
+    out = tmp_path / "o"
+    shards.write_shards(recs(10, "old"), out, "text", records_per_shard=2, prefix="train")
+    seen = []
+
+    def progress(path, count, size):
+        # Mid-write: the new shards sit in a hidden directory; readers see the old set, whole.
+        (stage,) = [p for p in out.iterdir() if p.name.startswith(".byoc-shards-train.")]
+        seen.append((shards.verify(out, "text"), sorted(q.name for q in stage.iterdir())))
+
+    written = shards.write_shards(
+        recs(3, "new"), out, "text", 2, "train", overwrite=True, progress=progress
+    )
+    assert seen[0] == ((5, 10), ["train-00000.txt"])
+    assert seen[1] == ((5, 10), ["train-00000.txt", "train-00001.txt"])
+    assert [p.name for p in written] == ["train-00000.txt", "train-00001.txt"]
+    assert sorted(p.name for p in out.iterdir()) == ["train-00000.txt", "train-00001.txt"]
+    assert shards.verify(out, "text") == (2, 3)
+
+
+def test_limits_defaults_variables_and_keywords(monkeypatch):
+    from byoc.data import limits
+
+    for var in (limits.MAX_RECORD_ENV, limits.STALL_TIMEOUT_ENV):
+        monkeypatch.delenv(var, raising=False)
+    assert limits.record_cap() == 256 << 20
+    assert limits.stall_timeout() == 600.0
+    assert limits.record_cap(1) == 1 and limits.record_cap(1 << 31) == 1 << 31
+    monkeypatch.setenv(limits.MAX_RECORD_ENV, "1024")
+    monkeypatch.setenv(limits.STALL_TIMEOUT_ENV, "2.5")
+    assert (limits.record_cap(), limits.stall_timeout()) == (1024, 2.5)
+    ds = ChannelDataset("train")
+    assert (ds.max_record_bytes, ds.stall_timeout) == (1024, 2.5)
+    ds = ChannelDataset("train", max_record_bytes=5, stall_timeout=7)  # the keywords win
+    assert (ds.max_record_bytes, ds.stall_timeout) == (5, 7.0)
+    from byoc.data import StallError
+
+    assert issubclass(StallError, RecordError)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import re
+import signal
 import subprocess
 import sys
 import time
@@ -9,7 +13,12 @@ from pathlib import Path
 
 import pytest
 from byoc import constants as C
-from byoc import dev
+from byoc import settings as byoc_settings
+from byoc import ssh
+from byoc.dev import files, keys, main, services, settings, user
+from byoc.dev.settings import DevError
+
+from tests.helpers import wait_until
 
 ED25519 = (
     "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMnF8X0i4p2rZ4sH6qvS5c1kXzq0m5Vv2nL3yJ8eTz0a alice@laptop"
@@ -18,59 +27,84 @@ RSA = "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABAQC7 bob@desk"
 
 
 def test_defaults_generate_a_token_and_run_as_root():
-    cfg = dev.load({})
+    cfg = settings.load({})
     assert cfg.jupyter and cfg.sshd and cfg.root
     assert cfg.token_generated and len(cfg.token) >= 32
-    assert dev.load({}).token != cfg.token  # a new one per start
+    assert settings.load({}).token != cfg.token  # a new one per start
     assert (cfg.jupyter_port, cfg.ssh_port) == (8888, 22)
     assert cfg.notebook_dir == Path("/workspace")
 
 
 def test_a_given_token_is_used_and_an_empty_one_refused():
-    cfg = dev.load({C.JUPYTER_TOKEN_ENV: "s3cret"})
+    cfg = settings.load({C.JUPYTER_TOKEN_ENV: "s3cret"})
     assert (cfg.token, cfg.token_generated) == ("s3cret", False)
     for empty in ("", "  "):
-        with pytest.raises(dev.DevError, match="without a token is refused"):
-            dev.load({C.JUPYTER_TOKEN_ENV: empty})
+        with pytest.raises(DevError, match="without a token is refused"):
+            settings.load({C.JUPYTER_TOKEN_ENV: empty})
     # ... unless Jupyter is off altogether.
-    assert not dev.load({C.JUPYTER_TOKEN_ENV: "", C.JUPYTER_ENABLED_ENV: "0"}).jupyter
+    assert not settings.load({C.JUPYTER_TOKEN_ENV: "", C.JUPYTER_ENABLED_ENV: "0"}).jupyter
 
 
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        ({C.JUPYTER_PORT_ENV: "http"}, "not a number"),
-        ({C.DEV_SSH_PORT_ENV: "70000"}, "out of range"),
+        (
+            {C.JUPYTER_PORT_ENV: "http"},
+            "JUPYTER_PORT='http': expected a whole number from 1 to 65535",
+        ),
+        (
+            {C.DEV_SSH_PORT_ENV: "70000"},
+            "SSH_PORT='70000': expected a whole number from 1 to 65535",
+        ),
         ({C.JUPYTER_PORT_ENV: "2222", C.DEV_SSH_PORT_ENV: "2222"}, "both 2222"),
         ({C.DEV_USER_ENV: "Bad User"}, "not a valid user name"),
-        ({C.DEV_USER_ENV: "dev", C.DEV_UID_ENV: "0"}, "out of range"),
-        ({C.SSHD_ENABLED_ENV: "maybe"}, "use 1 or 0"),
+        (
+            {C.DEV_USER_ENV: "dev", C.DEV_UID_ENV: "0"},
+            "BYOC_UID='0': expected a whole number from 1 to 2147483646",
+        ),
+        (
+            {C.DEV_USER_ENV: "dev", C.DEV_GID_ENV: "x"},
+            "BYOC_GID='x': expected a whole number from 1 to 2147483646",
+        ),
+        ({C.SSHD_ENABLED_ENV: "maybe"}, "BYOC_SSHD='maybe': expected one of 1, true, yes, on, 0,"),
+        ({C.JUPYTER_ENABLED_ENV: "2"}, "BYOC_JUPYTER='2': expected one of"),
         ({C.SSH_PEERS_ENV: "node*;rm -rf /"}, "not a host name"),
     ],
 )
 def test_bad_settings_name_the_variable(env, message):
-    with pytest.raises(dev.DevError, match=message):
-        dev.load(env)
+    with pytest.raises(DevError, match=re.escape(message)):
+        settings.load(env)
+
+
+def test_flags_take_the_usual_spellings_and_default_to_on():
+    for on in ("", " ", "1", "true", "Yes", " ON "):
+        assert settings.load({C.SSHD_ENABLED_ENV: on}).sshd
+    for off in ("0", "false", "No", "off"):
+        assert not settings.load({C.SSHD_ENABLED_ENV: off, C.JUPYTER_ENABLED_ENV: off}).jupyter
+
+
+def test_a_dev_error_is_a_settings_error():
+    assert issubclass(DevError, byoc_settings.SettingsError)
 
 
 def test_non_root_user_ids_default_to_1000_and_gid_to_uid():
-    cfg = dev.load({C.DEV_USER_ENV: "dev"})
+    cfg = settings.load({C.DEV_USER_ENV: "dev"})
     assert (cfg.user, cfg.uid, cfg.gid, cfg.root) == ("dev", 1000, 1000, False)
-    cfg = dev.load({C.DEV_USER_ENV: "dev", C.DEV_UID_ENV: "1234"})
+    cfg = settings.load({C.DEV_USER_ENV: "dev", C.DEV_UID_ENV: "1234"})
     assert (cfg.uid, cfg.gid) == (1234, 1234)
-    assert dev.load({C.DEV_USER_ENV: "root"}).root
+    assert settings.load({C.DEV_USER_ENV: "root"}).root
 
 
 def test_keys_are_parsed_with_options_and_comments():
     text = f'# mine\n\n{ED25519}\nfrom="10.0.0.0/8" {RSA}\n'
-    assert dev.parse_keys(text, "x") == [ED25519, f'from="10.0.0.0/8" {RSA}']
+    assert keys.parse_keys(text, "x") == [ED25519, f'from="10.0.0.0/8" {RSA}']
 
 
 def test_a_private_key_or_junk_is_refused_with_its_source():
-    with pytest.raises(dev.DevError, match="private key.*public half"):
-        dev.parse_keys("-----BEGIN OPENSSH PRIVATE KEY-----\nabc\n", "SSH_AUTHORIZED_KEYS")
-    with pytest.raises(dev.DevError, match=r"keys.txt, line 2: not an SSH public key"):
-        dev.parse_keys(f"{ED25519}\nhunter2\n", "keys.txt")
+    with pytest.raises(DevError, match="private key.*public half"):
+        keys.parse_keys("-----BEGIN OPENSSH PRIVATE KEY-----\nabc\n", "SSH_AUTHORIZED_KEYS")
+    with pytest.raises(DevError, match=r"keys.txt, line 2: not an SSH public key"):
+        keys.parse_keys(f"{ED25519}\nhunter2\n", "keys.txt")
 
 
 def test_keys_merge_from_env_file_and_home_once_each(tmp_path):
@@ -79,27 +113,30 @@ def test_keys_merge_from_env_file_and_home_once_each(tmp_path):
     home = tmp_path / "home"
     (home / ".ssh").mkdir(parents=True)
     (home / ".ssh" / "authorized_keys").write_text(RSA + "\n")
-    cfg = dev.load({C.AUTHORIZED_KEYS_ENV: ED25519, C.AUTHORIZED_KEYS_FILE_ENV: str(keyfile)})
-    assert dev.collect_keys(cfg, home) == [ED25519, RSA]
+    cfg = settings.load({C.AUTHORIZED_KEYS_ENV: ED25519, C.AUTHORIZED_KEYS_FILE_ENV: str(keyfile)})
+    assert keys.collect_keys(cfg, home) == [ED25519, RSA]
 
 
 def test_a_named_key_file_must_exist_the_default_may_not(tmp_path, monkeypatch):
-    cfg = dev.load({C.AUTHORIZED_KEYS_FILE_ENV: str(tmp_path / "missing")})
-    with pytest.raises(dev.DevError, match="does not exist"):
-        dev.collect_keys(cfg, tmp_path)
+    cfg = settings.load({C.AUTHORIZED_KEYS_FILE_ENV: str(tmp_path / "missing")})
+    with pytest.raises(DevError, match="does not exist"):
+        keys.collect_keys(cfg, tmp_path)
     (tmp_path / "dir").mkdir()
-    cfg = dev.load({C.AUTHORIZED_KEYS_FILE_ENV: str(tmp_path / "dir")})
-    with pytest.raises(dev.DevError, match="is a directory"):
-        dev.collect_keys(cfg, tmp_path)
+    cfg = settings.load({C.AUTHORIZED_KEYS_FILE_ENV: str(tmp_path / "dir")})
+    with pytest.raises(DevError, match="is a directory"):
+        keys.collect_keys(cfg, tmp_path)
     monkeypatch.setattr(C, "DEFAULT_AUTHORIZED_KEYS_FILE", str(tmp_path / "absent"))
-    assert dev.collect_keys(dev.load({}), tmp_path / "nobody") == []
+    assert keys.collect_keys(settings.load({}), tmp_path / "nobody") == []
 
 
-def test_sshd_config_allows_public_keys_only_and_passes_the_path():
+def test_sshd_config_allows_public_keys_only_and_passes_the_path(tmp_path):
     env = {"PATH": "/opt/venv/bin:/usr/bin", "AWS_SECRET_ACCESS_KEY": "x", "JUPYTER_TOKEN": "t"}
-    text = dev.sshd_config_text(
-        dev.load({C.DEV_SSH_PORT_ENV: "2022"}), [Path("/etc/ssh/k")], Path("/run/ak"), env
+    cfg = settings.load({C.DEV_SSH_PORT_ENV: "2022"})
+    path = files.write_sshd_config(
+        cfg, [Path("/etc/ssh/k")], Path("/run/ak"), env, tmp_path / "sshd_config"
     )
+    assert path.stat().st_mode & 0o777 == 0o600
+    text = path.read_text()
     lines = text.splitlines()
     for expected in (
         "Port 2022",
@@ -112,16 +149,25 @@ def test_sshd_config_allows_public_keys_only_and_passes_the_path():
         "PermitRootLogin prohibit-password",
         "AllowUsers root",
         'SetEnv "PATH=/opt/venv/bin:/usr/bin"',
+        # Development mode's own: a person's editor and tunnels, a foreground sshd, who logs in.
+        "AllowTcpForwarding yes",
+        "AllowAgentForwarding yes",
+        "Subsystem sftp internal-sftp",
+        "UsePAM no",
+        "PidFile none",
+        "LogLevel INFO",
     ):
         assert expected in lines
     assert "AWS_SECRET" not in text and "JUPYTER_TOKEN" not in text
-    non_root = dev.sshd_config_text(dev.load({C.DEV_USER_ENV: "dev"}), [], Path("/a"), {})
+    cfg = settings.load({C.DEV_USER_ENV: "dev"})
+    non_root = files.write_sshd_config(cfg, [], Path("/a"), {}, tmp_path / "b").read_text()
     assert "PermitRootLogin no" in non_root and "AllowUsers dev" in non_root
+    assert "SetEnv" not in non_root
 
 
 def test_profile_snippet_is_shell_quoted_and_keeps_secrets_out():
     env = {"PATH": "/opt/venv/bin:/usr/bin", "NCCL_DEBUG": "INFO it's", "AWS_ACCESS_KEY_ID": "x"}
-    text = dev.profile_text(env)
+    text = files.profile_text(env)
     assert "export PATH=/opt/venv/bin:/usr/bin\n" in text
     assert "export NCCL_DEBUG='INFO it'\"'\"'s'\n" in text
     assert "AWS" not in text
@@ -131,19 +177,33 @@ def test_profile_snippet_is_shell_quoted_and_keeps_secrets_out():
     assert out.stdout == "INFO it's\n"
 
 
-def test_peer_client_config_has_no_prompts():
-    text = dev.peers_config_text(dev.load({C.SSH_PEERS_ENV: "node*, gpu-?"}))
-    assert text.startswith("Host node* gpu-?\n")
+def test_peer_client_config_has_no_prompts(tmp_path):
+    cfg = settings.load({C.SSH_PEERS_ENV: "node*, gpu-?", C.DEV_SSH_PORT_ENV: "2022"})
+    path = files.write_peers_config(cfg, tmp_path / "byoc-peers.conf")
+    assert path.stat().st_mode & 0o777 == 0o644
+    text = path.read_text()
+    assert text.startswith("Host node* gpu-?\n    Port 2022\n")
     assert "BatchMode yes" in text and "StrictHostKeyChecking accept-new" in text
     assert "IdentityFile ~/.ssh/byoc_peer_key" in text
+    assert "UserKnownHostsFile ~/.ssh/known_hosts_byoc_peers" in text
+
+
+def test_the_host_key_fingerprint_is_ssh_keygens(tmp_path):
+    key = tmp_path / "k"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    listed = subprocess.run(
+        ["ssh-keygen", "-l", "-f", f"{key}.pub"], capture_output=True, text=True, check=True
+    )
+    assert ssh.fingerprint(key.with_suffix(".pub").read_text()) == listed.stdout.split()[1]
+    assert ssh.fingerprint("ssh-ed25519 !!") == "?"
 
 
 def test_jupyter_command_keeps_the_token_out_of_argv():
-    cmd = dev.jupyter_command(dev.load({C.JUPYTER_TOKEN_ENV: "s3cret"}))
+    cmd = main.jupyter_command(settings.load({C.JUPYTER_TOKEN_ENV: "s3cret"}))
     assert "--ServerApp.port=8888" in cmd and "--ServerApp.port_retries=0" in cmd
     assert "--allow-root" in cmd
     assert not any("s3cret" in a for a in cmd)
-    assert "--allow-root" not in dev.jupyter_command(dev.load({C.DEV_USER_ENV: "dev"}))
+    assert "--allow-root" not in main.jupyter_command(settings.load({C.DEV_USER_ENV: "dev"}))
 
 
 def test_notebook_dir_warning_names_the_uid_to_use(tmp_path):
@@ -152,42 +212,59 @@ def test_notebook_dir_warning_names_the_uid_to_use(tmp_path):
     (d / "data.txt").write_text("x")  # not empty: a user's volume, never chowned
     d.chmod(0o755)
     uid = d.stat().st_uid + 1
-    cfg = dev.load({C.DEV_USER_ENV: "dev", C.DEV_UID_ENV: str(uid), C.NOTEBOOK_DIR_ENV: str(d)})
-    warning = dev.prepare_notebook_dir(cfg)
+    cfg = settings.load(
+        {C.DEV_USER_ENV: "dev", C.DEV_UID_ENV: str(uid), C.NOTEBOOK_DIR_ENV: str(d)}
+    )
+    warning = user.prepare_notebook_dir(cfg)
     assert warning and f"{C.DEV_UID_ENV}={d.stat().st_uid}" in warning
 
 
 def test_first_service_to_end_ends_the_others_with_its_code():
-    services = dev.Services()
-    services.start("quick", [sys.executable, "-c", "import sys; sys.exit(3)"])
-    services.start("long", ["sleep", "300"])
+    svc = services.Services()
+    svc.start("quick", [sys.executable, "-c", "import sys; sys.exit(3)"])
+    svc.start("long", ["sleep", "300"])
     start = time.monotonic()
-    assert services.wait() == 3
+    assert svc.wait() == 3
     assert time.monotonic() - start < 5
-    assert services.procs["long"].returncode == -15
+    assert svc.procs["long"].returncode == -15
 
 
-def test_a_service_that_ignores_sigterm_is_killed_after_the_grace(monkeypatch):
+def test_a_service_that_ignores_sigterm_is_killed_after_the_grace(monkeypatch, tmp_path):
     monkeypatch.setattr(C, "DEV_STOP_GRACE", 0.5)
-    services = dev.Services()
-    services.start("stubborn", ["bash", "-c", "trap '' TERM; sleep 300"])
-    time.sleep(0.3)
+    ready = tmp_path / "ready"
+    svc = services.Services()
+    # exec: the ignored TERM carries over to sleep, and no orphan outlives the test.
+    svc.start("stubborn", ["bash", "-c", f"trap '' TERM; touch {ready}; exec sleep 300"])
+    wait_until(ready.exists, timeout=10, interval=0.02, what="TERM ignored")
     start = time.monotonic()
-    services.stop()
+    svc.stop()
     assert 0.4 < time.monotonic() - start < 3
-    assert services.procs["stubborn"].returncode == -9
+    assert svc.procs["stubborn"].returncode == -9
 
 
+@pytest.fixture
+def signal_handlers():
+    """main() installs its handlers in this process: put pytest's back afterwards."""
+    caught = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+    saved = {s: signal.getsignal(s) for s in caught}
+    yield
+    for s, handler in saved.items():
+        signal.signal(s, handler)
+
+
+@pytest.mark.usefixtures("signal_handlers")
 def test_main_exits_2_on_an_empty_token_and_on_nothing_to_run(capsys):
-    assert dev.main({C.JUPYTER_TOKEN_ENV: ""}) == 2
+    assert main.main({C.JUPYTER_TOKEN_ENV: ""}) == 2
     assert "without a token is refused" in capsys.readouterr().err
-    assert dev.main({C.JUPYTER_ENABLED_ENV: "0", C.SSHD_ENABLED_ENV: "0"}) == 2
+    assert main.main({C.JUPYTER_PORT_ENV: "0"}) == 2
+    assert "byoc-dev: error: JUPYTER_PORT='0': expected a whole number" in capsys.readouterr().err
+    assert main.main({C.JUPYTER_ENABLED_ENV: "0", C.SSHD_ENABLED_ENV: "0"}) == 2
     assert "nothing to run" in capsys.readouterr().err
 
 
 def test_profile_snippet_survives_a_login_shell_path_reset():
     # Debian's /etc/profile sets PATH; the snippet, sourced after it, restores ours.
-    text = dev.profile_text({"PATH": "/opt/venv/bin:/usr/bin:/bin"})
+    text = files.profile_text({"PATH": "/opt/venv/bin:/usr/bin:/bin"})
     out = subprocess.run(
         ["bash", "-c", f'PATH=/usr/bin:/bin; {text}\necho "$PATH"'],
         capture_output=True,
@@ -195,3 +272,21 @@ def test_profile_snippet_survives_a_login_shell_path_reset():
         check=True,
     )
     assert out.stdout.strip() == "/opt/venv/bin:/usr/bin:/bin"
+
+
+def test_the_peer_key_is_installed_private_and_checked(tmp_path):
+    key = tmp_path / "given"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    env = {C.SSH_PEERS_ENV: "node*", C.SSH_PEER_KEY_FILE_ENV: str(key)}
+    ids = {"uid": os.getuid(), "gid": os.getgid()}
+    cfg = dataclasses.replace(settings.load(env), **ids)
+    home = tmp_path / "home"
+    home.mkdir()
+    installed = keys.install_peer_key(cfg, home)
+    assert installed == home / ".ssh" / "byoc_peer_key"
+    assert installed.read_text() == key.read_text().strip() + "\n"
+    assert installed.stat().st_mode & 0o777 == 0o600
+    # The public half by mistake: refused, naming the variable.
+    cfg = dataclasses.replace(cfg, peer_key_file=key.with_suffix(".pub"))
+    with pytest.raises(DevError, match=f"{C.SSH_PEER_KEY_FILE_ENV}=.*not a usable unencrypted"):
+        keys.install_peer_key(cfg, home)

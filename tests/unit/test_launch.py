@@ -412,7 +412,7 @@ def test_wait_follows_status_and_logs_to_the_jobs_result(aws_env, source, capsys
         # CloudWatch (and moto) drop events older than 14 days: stamp them now.
         logEvents=[{"timestamp": now + i, "message": f"epoch {i}"} for i in range(3)],
     )
-    assert launch.main([*full_args(source), "--wait", "--poll", "0.1"]) == 0
+    assert launch.main([*full_args(source), "--wait", "--poll", "1"]) == 0
     captured = capsys.readouterr()
     assert "[algo-1-1700000000] epoch 2" in captured.out
     assert "byoc-test-job: Completed" in captured.err

@@ -50,7 +50,7 @@ def test_two_distributions_at_once_are_refused():
 
 
 def test_a_flag_that_is_no_boolean_is_refused():
-    with pytest.raises(config.ConfigError, match="sagemaker_mpi_enabled must be true or false"):
+    with pytest.raises(config.ConfigError, match="sagemaker_mpi_enabled: must be true or false"):
         plan.choose_launcher({C.HP_MPI_ENABLED: "perhaps"}, None)
 
 

@@ -111,9 +111,12 @@ def test_orphans_are_reaped(tmp_path):
     # The subshell exits at once, so its background child is re-parented to byoc-init (a
     # subreaper here, PID 1 in a container) and must not stay a zombie once it exits.
     done = tmp_path / "done"
-    proc = start_init("sh", "-c", f"(sh -c 'touch {done}; exit 3' &); sleep 3")
-    wait_until(done.exists, timeout=10, what="orphan ran")
-    time.sleep(0.5)
+    proc = start_init(
+        "sh", "-c", f"(sh -c 'echo $$ > {done}.tmp; mv {done}.tmp {done}; exit 3' &); sleep 3"
+    )
+    orphan = int(wait_until(lambda: done.exists() and done.read_text().strip(), 10, what="orphan"))
+    # Reaped, not merely exited: a zombie keeps its /proc entry until its parent waits for it.
+    wait_until(lambda: not pathlib.Path(f"/proc/{orphan}").exists(), 10, what="orphan reaped")
     zombies = [pid for pid, state in children_of(proc.pid) if state == "Z"]
     assert zombies == []
     assert proc.wait(timeout=10) == 0
@@ -127,3 +130,32 @@ def test_exit_code_helper():
 def test_run_needs_a_command():
     with pytest.raises(ValueError):
         supervisor.run([])
+
+
+def test_a_watch_beside_the_child_can_end_it_with_its_own_verdict():
+    """What a SageMaker SDK worker's byoc-init does when its leader is done and the driver
+    hangs on: stop(code) ends the child's group and the code is the exit code."""
+    script = (
+        "import sys, time\n"
+        "from byoc import supervisor\n"
+        "def watch(pid, stop):\n"
+        "    time.sleep(0.5)\n"
+        "    stop(7)\n"
+        "sys.exit(supervisor.run(['sleep', '60'], watch=watch))\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "entrypoint"))
+    t0 = time.monotonic()
+    result = subprocess.run([sys.executable, "-c", script], env=env, timeout=60, check=False)
+    assert result.returncode == 7
+    assert time.monotonic() - t0 < 30  # sleep 60 was ended, not waited for
+
+
+def test_a_watch_that_says_nothing_leaves_the_childs_code():
+    script = (
+        "import sys\n"
+        "from byoc import supervisor\n"
+        "sys.exit(supervisor.run(['sh', '-c', 'exit 3'], watch=lambda pid, stop: None))\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "entrypoint"))
+    result = subprocess.run([sys.executable, "-c", script], env=env, timeout=60, check=False)
+    assert result.returncode == 3

@@ -6,7 +6,9 @@ that reads the epoch's FIFO and deals record j to consumer j % n; every consumer
 included, reads its share through a Unix socket (Linux abstract namespace: nothing to clean up).
 The reader is a process of its own so that it outlives any one DataLoader worker, and it feeds
 each consumer from its own queue (fanout_queue records) so that one consumer that is busy in an
-allreduce does not hold back the others. A read error reaches every consumer as the same error.
+allreduce does not hold back the others. A read error (a corrupt record, a stalled writer, a
+FIFO that never came) reaches every consumer as the same error, of the same type; a consumer that
+goes away loses only its own share, the others read on.
 """
 
 from __future__ import annotations
@@ -21,11 +23,13 @@ import struct
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from byoc.data.framing import RecordError
+from byoc.data import limits
+from byoc.data.framing import RecordError, StallError
+from byoc.data.limits import Deadline
+from byoc.data.pipe import ChannelError, pipe_records
 
 _HEADER = struct.Struct("<BQ")  # kind, length
 _DATA, _END, _ERROR = 0, 1, 2
@@ -40,9 +44,12 @@ def socket_address(key: str) -> str:
     return "\0byoc-data-" + hashlib.sha256(key.encode()).hexdigest()[:24]
 
 
-def _recv_exact(conn: socket.socket, n: int) -> bytes | None:
+def _recv_exact(conn: socket.socket, n: int, deadline: Deadline | None = None) -> bytes | None:
+    """n bytes, None when the peer closes first (or, with a deadline, when it passes first)."""
     buf = bytearray()
     while len(buf) < n:
+        if deadline is not None and not deadline.readable(conn.fileno()):
+            return None
         chunk = conn.recv(n - len(buf))
         if not chunk:
             return None
@@ -50,9 +57,15 @@ def _recv_exact(conn: socket.socket, n: int) -> bytes | None:
     return bytes(buf)
 
 
+_PASSED_ON = {"RecordError": RecordError, "StallError": StallError}
+
+
 def _error_frame(exc: BaseException) -> bytes:
     if isinstance(exc, RecordError):
-        detail = {"where": exc.where, "offset": exc.offset, "reason": exc.reason}
+        kind = type(exc).__name__ if type(exc).__name__ in _PASSED_ON else "RecordError"
+        detail = {"type": kind, "where": exc.where, "offset": exc.offset, "reason": exc.reason}
+    elif isinstance(exc, ChannelError):
+        detail = {"type": "ChannelError", "message": str(exc)}
     else:
         detail = {"message": f"{type(exc).__name__}: {exc}"}
     body = json.dumps(detail).encode()
@@ -60,43 +73,47 @@ def _error_frame(exc: BaseException) -> bytes:
 
 
 def _sender(conn: socket.socket, q: queue.Queue) -> None:
-    with contextlib.suppress(OSError):  # a consumer that went away loses only its own share
-        while True:
-            frame = q.get()
-            conn.sendall(frame)
-            if frame[0] != _DATA:
-                return
+    alive = True
+    while True:
+        frame = q.get()
+        if alive:
+            try:
+                conn.sendall(frame)
+            except OSError:
+                # A consumer that went away loses only its own share; its queue is still drained,
+                # so the reader never blocks on it and the others read on.
+                alive = False
+        if frame[0] != _DATA:
+            return
 
 
 def serve(spec: dict) -> int:
     """Serve one epoch (spec from start_server); 0 when every consumer got all of its share."""
-    from byoc.data.pipe import pipe_records  # here: the reader needs no torch, no dataset
-
     consumers, timeout = spec["consumers"], spec["timeout"]
+    stall = spec.get("stall_timeout", limits.DEFAULT_STALL_TIMEOUT)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(socket_address(spec["key"]))
     listener.listen(consumers)
+    listener.setblocking(False)  # waited on with the deadline, never blocked in accept()
     conns: dict[int, socket.socket] = {}
     queues: list[queue.Queue] = []
     senders: list[threading.Thread] = []
     try:
-        deadline = time.monotonic() + timeout
+        deadline = Deadline(timeout)
         while len(conns) < consumers:
-            left = deadline - time.monotonic()
-            if left <= 0:
+            if not deadline.readable(listener.fileno()):
                 missing = sorted(set(range(consumers)) - set(conns))
                 raise FanoutError(
                     f"consumers {missing} of {consumers} on this host never connected within "
-                    f"{timeout:.0f} s (every local rank and DataLoader worker must iterate the "
+                    f"{timeout:g} s (every local rank and DataLoader worker must iterate the "
                     "dataset, in the same epoch)"
                 )
-            listener.settimeout(left)
             try:
                 conn, _ = listener.accept()
-            except TimeoutError:
+            except BlockingIOError:  # the one that knocked went away again
                 continue
-            conn.settimeout(None)
-            hello = _recv_exact(conn, _HELLO.size)
+            conn.setblocking(True)
+            hello = _recv_exact(conn, _HELLO.size, deadline)  # one that never says hello: bounded
             if hello is None:
                 conn.close()
                 continue
@@ -123,6 +140,8 @@ def serve(spec: dict) -> int:
             spec["host_rank"],
             spec["host_count"],
             spec["check_crc"],
+            stall_timeout=stall,
+            max_record_bytes=spec.get("max_record_bytes"),
         )
         for j, record in enumerate(records):
             queues[j % consumers].put(_HEADER.pack(_DATA, len(record)) + record)
@@ -134,15 +153,20 @@ def serve(spec: dict) -> int:
         frame = _error_frame(exc)
         if queues:
             for q in queues:
-                with contextlib.suppress(queue.Full):
-                    q.put(frame, timeout=5)
+                # The epoch failed: records still queued are dropped so that the error always
+                # fits, also in the queue of a consumer that is not reading just now.
+                with contextlib.suppress(queue.Empty):
+                    while True:
+                        q.get_nowait()
+                q.put(frame)  # room: only this thread puts
         else:
             for conn in conns.values():
                 with contextlib.suppress(OSError):
                     conn.sendall(frame)
         code = 1
     for t in senders:
-        t.join()
+        # After an error, a consumer that never reads again does not keep this process.
+        t.join(None if code == 0 else stall)
     for conn in conns.values():
         with contextlib.suppress(OSError):
             conn.close()
@@ -184,12 +208,12 @@ def consume(
 ) -> Iterator[bytes]:
     """This consumer's share of the epoch from the host's reader (which may start later)."""
     address = socket_address(key)
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def connected() -> socket.socket | None:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             conn.connect(address)
-            break
+            return conn
         except (ConnectionRefusedError, FileNotFoundError):
             conn.close()
             if server is not None and server.poll() is not None:
@@ -197,12 +221,14 @@ def consume(
                     f"{where}: the host's reader exited ({server.returncode}) before serving; "
                     "its error is above"
                 ) from None
-            if time.monotonic() >= deadline:
-                raise FanoutError(
-                    f"{where}: the host's reader (local rank 0, worker 0) did not open this "
-                    f"epoch within {timeout:.0f} s; is local rank 0 iterating the same epoch?"
-                ) from None
-            time.sleep(0.05)
+            return None
+
+    conn = Deadline(timeout).until(connected)
+    if conn is None:
+        raise FanoutError(
+            f"{where}: the host's reader (local rank 0, worker 0) did not open this "
+            f"epoch within {timeout:g} s; is local rank 0 iterating the same epoch?"
+        )
     with conn:
         conn.sendall(_HELLO.pack(index, count))
         while True:
@@ -220,7 +246,10 @@ def consume(
             else:
                 detail = json.loads(body)
                 if "reason" in detail:
-                    raise RecordError(detail["where"], detail["offset"], detail["reason"])
+                    error = _PASSED_ON.get(detail.get("type", ""), RecordError)
+                    raise error(detail["where"], detail["offset"], detail["reason"])
+                if detail.get("type") == "ChannelError":
+                    raise ChannelError(detail["message"])
                 raise FanoutError(f"{where}: the host's reader failed: {detail['message']}")
 
 

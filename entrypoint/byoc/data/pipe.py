@@ -1,44 +1,97 @@
 """Pipe-mode FIFOs: wait (bounded) for <channel>_<epoch>, read its records. No torch here.
 
-The fan-out reader process imports only this and byoc.data.framing, so it starts fast.
+Every wait is bounded: the FIFO must appear, and its first byte come, within fifo_timeout; after
+that each read must get a byte (or the end) within stall_timeout, else StallError names the
+channel, epoch and byte offset (a writer that stopped without closing never blocks forever).
+The fan-out reader process imports only this, byoc.data.framing and byoc.data.limits.
 """
 
 from __future__ import annotations
 
+import io
 import os
-import select
-import time
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
 from byoc.data import framing as fr
+from byoc.data import limits
+from byoc.data.limits import Deadline
 
 
 class ChannelError(Exception):
     """The channel cannot be read as configured; says which channel and what to change."""
 
 
-def open_fifo(path: Path, timeout: float, where: str):
-    """Wait (bounded) for the epoch's FIFO and for its writer; a buffered binary stream."""
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        if time.monotonic() >= deadline:
-            raise ChannelError(
-                f"{where}: {path} did not appear within {timeout:.0f} s. SageMaker makes "
-                "<channel>_<epoch> once the previous epoch was read to its end; is the channel in "
-                "Pipe mode, and did every epoch before it run to the end?"
-            )
-        time.sleep(0.05)
+class _FifoStream(io.RawIOBase):
+    """The FIFO's bytes; a read that gets nothing for stall_timeout seconds is a StallError."""
+
+    def __init__(self, fd: int, where: str, stall_timeout: float):
+        super().__init__()
+        self._fd = fd
+        self.where = where
+        self.stall_timeout = stall_timeout
+        self.received = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def readinto(self, buffer) -> int:
+        deadline = Deadline(self.stall_timeout)
+        while True:
+            if not deadline.readable(self._fd):
+                raise fr.StallError(
+                    self.where,
+                    self.received,
+                    f"the writer sent nothing for {self.stall_timeout:g} s and kept the FIFO open "
+                    f"(stall_timeout= or ${limits.STALL_TIMEOUT_ENV} sets how long to wait)",
+                )
+            try:
+                n = os.readv(self._fd, [buffer])
+            except BlockingIOError:  # woken without data (another reader took it): wait on
+                continue
+            self.received += n
+            return n
+
+    def close(self) -> None:
+        if not self.closed:
+            try:
+                os.close(self._fd)
+            finally:
+                super().close()
+
+
+def open_fifo(
+    path: Path, timeout: float, where: str, stall_timeout: float = limits.DEFAULT_STALL_TIMEOUT
+) -> io.BufferedReader:
+    """Wait (bounded) for the epoch's FIFO and its first byte; a buffered binary stream whose
+    reads each fail after stall_timeout seconds without data."""
+    timeout = limits.timeout("fifo_timeout", timeout)
+    stall_timeout = limits.timeout("stall_timeout", stall_timeout)
+    deadline = Deadline(timeout)
+    # is_symlink too: a symlink loop or a dangling link "does not exist" yet is there to report.
+    if not deadline.until(lambda: path.exists() or path.is_symlink()):
+        raise ChannelError(
+            f"{where}: {path} did not appear within {timeout:g} s. SageMaker makes "
+            "<channel>_<epoch> once the previous epoch was read to its end; is the channel in "
+            "Pipe mode, and did every epoch before it run to the end?"
+        )
     # Non-blocking open: a FIFO with no writer yet would block open() without a bound.
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
-        poller = select.poll()
-        poller.register(fd, select.POLLIN | select.POLLHUP)
-        left = max(0.0, deadline - time.monotonic())
-        if not poller.poll(left * 1000):
-            raise ChannelError(f"{where}: {path} exists but no data came within {timeout:.0f} s")
-        os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb", buffering=1 << 20)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise ChannelError(f"{where}: cannot open {path}: {exc.strerror}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not (stat.S_ISFIFO(mode) or stat.S_ISREG(mode)):
+            kind = "a directory" if stat.S_ISDIR(mode) else "a device or socket"
+            raise ChannelError(f"{where}: {path} is {kind}, not a Pipe-mode FIFO")
+        if not deadline.readable(fd):
+            raise ChannelError(f"{where}: {path} exists but no data came within {timeout:g} s")
+        return io.BufferedReader(_FifoStream(fd, where, stall_timeout), 1 << 20)
     except BaseException:
         os.close(fd)
         raise
@@ -52,9 +105,13 @@ def pipe_records(
     host_rank: int = 0,
     host_count: int = 1,
     check_crc: bool = True,
+    *,
+    stall_timeout: float = limits.DEFAULT_STALL_TIMEOUT,
+    max_record_bytes: int | None = None,
 ) -> Iterator[bytes]:
     """The epoch's records; with host_count > 1 only this host's every host_count-th one."""
-    with open_fifo(fifo, timeout, where) as stream:
-        for i, record in enumerate(fr.read(stream, framing, where, check_crc)):
+    with open_fifo(fifo, timeout, where, stall_timeout) as stream:
+        records = fr.read(stream, framing, where, check_crc, max_record_bytes)
+        for i, record in enumerate(records):
             if i % host_count == host_rank:
                 yield record

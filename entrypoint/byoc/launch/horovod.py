@@ -10,10 +10,10 @@ Workers accept the leader's key only (logins go one way), from the job's address
 
 from __future__ import annotations
 
-import time
 import urllib.parse
 
 from byoc import coordinator, peers, procs, ssh
+from byoc.deadline import Deadline
 from byoc.errors import JobError
 from byoc.launch import Job
 from byoc.report import RankFailure, describe_exit
@@ -59,10 +59,10 @@ def _leader(job: Job) -> int:
     try:
         members = peers.lead(state, cfg, _keys(job), settings, job.shutdown.requested)
         _trust(job, members)
-        deadline = time.monotonic() + settings.peer_timeout
+        deadline = Deadline(settings.peer_timeout, "BYOC_PEER_TIMEOUT")
         for host in workers:
             try:
-                took = ssh.wait_for_login(host, max(1.0, deadline - time.monotonic()))
+                took = ssh.wait_for_login(host, max(1.0, deadline.left()))
             except ssh.SSHError as exc:
                 raise JobError(f"{exc} (set BYOC_PEER_TIMEOUT to wait longer)") from exc
             print(f"byoc: {host} accepts SSH ({took:.1f} s)", flush=True)

@@ -33,8 +33,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from byoc import config, coordinator, peers, report, settings, ssh
+from byoc import config, coordinator, peers, procs, report, settings, ssh
 from byoc import constants as C
+from byoc.deadline import Deadline
 from byoc.errors import JobError, Terminated
 
 SM_TRAIN = "input/data/sm_drivers/sm_train.sh"
@@ -109,8 +110,8 @@ def _follower(cfg, the_settings, root: Path) -> Session:
             why = f"the leader {cfg.leader} finished ({report.describe_exit(code)})"
         except (coordinator.LeaderLost, coordinator.Refused, ValueError) as exc:
             code, why = 1, str(exc)
-        deadline = time.monotonic() + SDK_WORKER_GRACE
-        while time.monotonic() < deadline:
+        deadline = Deadline(SDK_WORKER_GRACE, "the grace of a worker's driver")
+        while not deadline.expired():
             try:
                 os.kill(pid, 0)
             except ProcessLookupError:
@@ -140,6 +141,8 @@ def prepare(argv: list[str], env: dict[str, str]) -> Session | tuple[int, str] |
         return _fail(root, 2, f"Invalid setting: {exc}")
     driver = sdk_driver(argv, root)
     if the_settings.ssh_trust == "off" or (the_settings.ssh_trust == "auto" and driver != "mpi"):
+        return None
+    if not procs.in_our_container():  # never rewrite the SSH set-up of somebody's machine
         return None
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:

@@ -1,0 +1,849 @@
+"""Hostile input to the host tools: scripts/local_train.py, byoc_aws.launch and byoc_aws.push.
+
+Every case checks the exit code (2 for bad input), that the message names the option, that no
+traceback came instead, and that nothing was written or deleted outside its place: tmp_path is
+listed before and after (files' contents included); for local_train a fake docker CLI records
+its calls and must have seen no `run` (no container started); for launch and push nothing may be
+made in moto (tests/aws_fake.py). No Docker engine is used: local_train is taken up to the point
+where containers would start, push to the point where the Docker SDK would be asked.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+
+import boto3
+import botocore.exceptions
+import local_train
+import pytest
+from byoc_aws import common, launch, limits, push
+
+from tests.aws_fake import ACCOUNT
+
+ROOT = Path(__file__).resolve().parents[3]
+SCRIPT = ROOT / "scripts" / "local_train.py"
+JOB = "hostile-job"
+ROLE = f"arn:aws:iam::{ACCOUNT}:role/SageMakerTraining"
+IMAGE = f"{ACCOUNT}.dkr.ecr.us-east-1.amazonaws.com/pytorch-horovod:gpu"
+BUCKET = f"sagemaker-us-east-1-{ACCOUNT}"
+
+# Records every call in $FAKE_DOCKER_LOG; answers as an engine would, as the test asks.
+FAKE_DOCKER = r"""#!/bin/sh
+printf '%s\n' "$*" >> "${FAKE_DOCKER_LOG:?}"
+case "$1" in
+image)
+    if [ -n "$FAKE_DOCKER_NO_IMAGE" ]; then echo "Error: No such image: $3" >&2; exit 1; fi
+    echo '[{}]' ;;
+network)
+    if [ "$2" = create ] && [ -n "$FAKE_DOCKER_NETWORK_TAKEN" ]; then
+        echo "Error response from daemon: network with name $6 already exists" >&2; exit 1
+    fi ;;
+run)
+    if [ "$4" = "$FAKE_DOCKER_NAME_TAKEN" ]; then
+        echo "docker: Conflict. The container name \"/$4\" is already in use" >&2
+        exit 125
+    fi
+    echo "cid-$4" ;;
+wait)
+    echo "${FAKE_DOCKER_WAIT-0}" ;;
+esac
+exit 0
+"""
+FAKE_DOCKER_ENV = (
+    "FAKE_DOCKER_NO_IMAGE",
+    "FAKE_DOCKER_NETWORK_TAKEN",
+    "FAKE_DOCKER_NAME_TAKEN",
+    "FAKE_DOCKER_WAIT",
+)
+
+
+def listing(root: Path) -> dict[str, tuple]:
+    """Every path under root but bin/ (the fake docker's), with its type and content or target."""
+    found = {}
+    for dirpath, dirnames, filenames in os.walk(root):  # symlinks are not followed
+        here = Path(dirpath)
+        if here.relative_to(root).parts[:1] == ("bin",):
+            continue
+        for name in dirnames + filenames:
+            path = here / name
+            mode = path.lstat().st_mode
+            if stat.S_ISREG(mode):
+                content = path.read_bytes()
+            elif stat.S_ISLNK(mode):
+                content = os.readlink(path)
+            else:
+                content = None
+            found[str(path.relative_to(root))] = (stat.S_IFMT(mode), content)
+    return found
+
+
+@pytest.fixture
+def place(tmp_path, monkeypatch):
+    """tmp_path/work (the current directory: data/, src/, out/ to come), outside/ (not to be
+    touched) and bin/docker, the fake docker CLI ($DOCKER)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    docker = bin_dir / "docker"
+    docker.write_text(FAKE_DOCKER)
+    docker.chmod(0o755)
+    work = tmp_path / "work"
+    (work / "data" / "sub").mkdir(parents=True)
+    (work / "data" / "a.txt").write_text("a")
+    (work / "data" / "sub" / "b.txt").write_text("b")
+    (work / "src").mkdir()
+    (work / "src" / "train.py").write_text("print('hi')\n")
+    (work / "src" / "run.sh").write_text("echo hi\n")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.py").write_text("SECRET = 1\n")
+    (work / "src" / "link.py").symlink_to(outside / "secret.py")
+    for name in FAKE_DOCKER_ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("DOCKER", str(docker))
+    monkeypatch.setenv("FAKE_DOCKER_LOG", str(bin_dir / "docker.log"))
+    monkeypatch.chdir(work)
+    return types.SimpleNamespace(
+        root=tmp_path, work=work, out=work / "out", outside=outside, log=bin_dir / "docker.log"
+    )
+
+
+def docker_calls(place) -> list[str]:
+    return place.log.read_text().splitlines() if place.log.exists() else []
+
+
+def expand(argv, place) -> list[str]:
+    return [
+        a.replace("{work}", str(place.work)).replace("{outside}", str(place.outside)) for a in argv
+    ]
+
+
+def local(place, capsys, argv, cli=False, env=None) -> tuple[int, str]:
+    """local_train with --out and --job-name in place: in this process, or as a command."""
+    args = ["--out", str(place.out), "--job-name", JOB, *expand(argv, place)]
+    if not cli:
+        try:
+            code = local_train.main(args)
+        except SystemExit as exc:
+            code = exc.code
+        captured = capsys.readouterr()
+        return code, captured.out + captured.err
+    full = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", **(env or {})}
+    start = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), *args],
+        capture_output=True,
+        text=True,
+        env=full,
+        timeout=120,
+        check=False,
+    )
+    assert time.monotonic() - start < 60, "local_train took a minute to refuse"
+    return result.returncode, result.stdout + result.stderr
+
+
+def refused_locally(place, capsys, argv, code, words, cli=False, env=None) -> str:
+    before = listing(place.root)
+    got, text = local(place, capsys, argv, cli=cli, env=env)
+    assert got == code, text
+    for word in words:
+        assert word in text, text
+    assert "Traceback" not in text
+    assert listing(place.root) == before
+    assert not [c for c in docker_calls(place) if c.startswith("run ")]
+    return text
+
+
+def setup_fs(place, name: str) -> None:
+    """Hostile file system states, made by name (parametrize ids stay readable)."""
+    data, work = place.work / "data", place.work
+    if name == "fifo":
+        os.mkfifo(data / "pipe")
+    elif name == "loop":
+        (data / "sub" / "loop").symlink_to(data)
+    elif name == "device":
+        (data / "zero").symlink_to("/dev/null")  # /dev/zero would fill the disk, unrefused
+    elif name == "dangling":
+        (data / "gone").symlink_to(work / "nowhere")
+    elif name == "colon":
+        (work / "co:de").mkdir()
+        (work / "co:de" / "train.py").write_text("print('hi')\n")
+    elif name == "channels21":
+        for i in range(21):
+            (work / f"c{i}").mkdir()
+
+
+def channel_args(n: int) -> list[str]:
+    return [x for i in range(n) for x in ("--channel", f"c{i}={{work}}/c{i}")]
+
+
+SRC = ["--source-dir", "{work}/src", "--entry-point", "train.py"]
+
+
+# The configuration the hostile cases vary: accepted, and started as SageMaker would.
+def test_good_input_reaches_docker_run(place, capsys):
+    (place.work / "data" / "linked.txt").symlink_to(place.outside / "secret.py")
+    argv = [*SRC, "--hp", "epochs=3", "--env", "NCCL_DEBUG=INFO", "--channel", "train={work}/data"]
+    code, text = local(place, capsys, argv)
+    assert code == 0, text
+    runs = [c for c in docker_calls(place) if c.startswith("run ")]
+    assert len(runs) == 2 and f"--name {JOB}-algo-1" in runs[0]
+    copied = place.out / JOB / "algo-2" / "input" / "data" / "train"
+    assert (copied / "sub" / "b.txt").read_text() == "b"
+    assert (copied / "linked.txt").read_text() == "SECRET = 1\n"  # a symlinked file: its content
+    assert not (copied / "linked.txt").is_symlink()
+
+
+def test_the_fallback_limits_are_botocores():
+    """local_train.py runs under any python3: without botocore it uses limits.FALLBACK."""
+    model = limits.service_model()
+    for name, expected in limits.FALLBACK.items():
+        meta = model.shape_for(name).metadata
+        assert {k: meta[k] for k in ("min", "max", "pattern") if k in meta} == expected, name
+    doc = model.shape_for("StoppingCondition").members["MaxRuntimeInSeconds"].documentation
+    assert "The maximum value is 28 days" in doc
+    assert limits.MAX_RUNTIME_S == 28 * 24 * 3600
+
+
+# ============================================================================================
+# injection: input that would become an option, a volume spec, a second line or a shell word
+# ============================================================================================
+@pytest.mark.parametrize(
+    ("argv", "fs", "words"),
+    [
+        pytest.param(["--image=--privileged"], None, ["--image '--privileged'"], id="image-option"),
+        pytest.param(["--image", "alpine;reboot"], None, ["--image"], id="image-shell"),
+        pytest.param(["--image", "alpine\n"], None, ["--image"], id="image-newline"),
+        pytest.param(
+            ["--source-dir", "{work}/co:de", "--entry-point", "train.py"],
+            "colon",
+            ["--source-dir", "':'"],
+            id="source-dir-volume-spec",
+        ),
+        pytest.param(["--out", "{work}/o:/etc"], None, ["--out", "':'"], id="out-volume-spec"),
+        pytest.param(["--env", "A B=1"], None, ["--env 'A B'"], id="env-name-space"),
+        pytest.param(
+            ["--env", "BASH_FUNC_x%%=() { id; }"], None, ["--env 'BASH_FUNC_x%%'"], id="env-func"
+        ),
+        pytest.param(["--env", "X=a\0b"], None, ["--env X", "control"], id="env-value-nul"),
+        pytest.param(["--hp", "lr\n--evil=1"], None, ["--hp", "control"], id="hp-key-newline"),
+        pytest.param(["--hp", "a\0b=1"], None, ["--hp", "control"], id="hp-key-nul"),
+        pytest.param(["--shm-size=--privileged"], None, ["--shm-size"], id="shm-size-option"),
+        pytest.param(["--instance-type", "ml.x\nY"], None, ["--instance-type"], id="type-newline"),
+        pytest.param(["--job-name", "job\n"], None, ["--job-name"], id="job-name-newline"),
+    ],
+)
+def test_local_train_injection(place, capsys, argv, fs, words):
+    if fs:
+        setup_fs(place, fs)
+    refused_locally(place, capsys, argv, 2, words)
+
+
+def launch_args(tmp_path: Path) -> list[str]:
+    src = tmp_path / "src"
+    if not src.exists():
+        src.mkdir()
+        (src / "train.py").write_text("print('hi')\n")
+        (tmp_path / "outside").mkdir()
+        (tmp_path / "outside" / "secret.py").write_text("SECRET = 1\n")
+        (src / "link.py").symlink_to(tmp_path / "outside" / "secret.py")
+    return [
+        "--image-uri",
+        IMAGE,
+        "--role",
+        ROLE,
+        "--instance-type",
+        "ml.m5.xlarge",
+        "--job-name",
+        JOB,
+        "--source-dir",
+        str(src),
+        "--entry-point",
+        "train.py",
+    ]
+
+
+def nothing_in_aws() -> None:
+    assert boto3.client("sagemaker").list_training_jobs()["TrainingJobSummaries"] == []
+    assert boto3.client("s3").list_buckets()["Buckets"] == []
+    assert boto3.client("ecr").describe_repositories()["repositories"] == []
+
+
+def tool(main, argv) -> int:
+    try:
+        return common.run(main, argv)
+    except SystemExit as exc:  # argparse's own refusals
+        return exc.code
+
+
+def refused_by_launch(tmp_path, capsys, argv, words, code=2) -> str:
+    args = [*launch_args(tmp_path), *(a.replace("{tmp}", str(tmp_path)) for a in argv)]
+    before = listing(tmp_path)
+    got = tool(launch.main, args)
+    captured = capsys.readouterr()
+    text = captured.out + captured.err
+    assert got == code, text
+    for word in words:
+        assert word in text, text
+    assert listing(tmp_path) == before
+    nothing_in_aws()
+    return text
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        pytest.param(
+            ["--env", "BYOC_SSH_PRIVATE_KEY=-----BEGIN OPENSSH PRIVATE KEY-----"],
+            ["--env BYOC_SSH_PRIVATE_KEY", "--ssh-key-in-environment"],
+            id="ssh-key-without-the-opt-in",
+        ),
+        pytest.param(["--hp", "a\nb=1"], ["--hp", "control"], id="hp-key-newline"),
+        pytest.param(["--job-name", "job\n"], ["--job-name"], id="job-name-newline"),
+        pytest.param(["--image-uri", "img name"], ["--image-uri"], id="image-uri-space"),
+        pytest.param(["--image-uri", IMAGE + "\n"], ["--image-uri"], id="image-uri-newline"),
+        pytest.param(["--role", ROLE + "\n"], ["--role"], id="role-newline"),
+        pytest.param(["--channel", "train=s3://bucket/x\n"], ["--channel train"], id="uri-newline"),
+        pytest.param(
+            ["--channel", "train=s3://bucket/x,content-type=a\nb"],
+            ["--channel train", "content-type"],
+            id="content-type-newline",
+        ),
+        pytest.param(
+            ["--subnet", "subnet-1 x", "--security-group", "sg-1"], ["--subnet"], id="subnet"
+        ),
+        pytest.param(["--output-path", "s3://bucket/o\n"], ["--output-path"], id="output-path"),
+        pytest.param(["--region", "us-east-1/../x"], ["--region"], id="region-path"),
+    ],
+)
+def test_launch_injection(aws_env, tmp_path, capsys, argv, words):
+    refused_by_launch(tmp_path, capsys, argv, words)
+
+
+@pytest.fixture
+def fake_docker_sdk(monkeypatch):
+    """A docker module that records being asked anything: bad input must not get that far."""
+    asked = []
+    module = types.ModuleType("docker")
+    module.from_env = lambda *a, **kw: asked.append("from_env") or pytest.fail("docker asked")
+    monkeypatch.setitem(sys.modules, "docker", module)
+    return asked
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        pytest.param(["--registry", "https://evil.example/x"], ["--registry"], id="scheme-path"),
+        pytest.param(["--registry", "user@host.example"], ["--registry"], id="registry-user"),
+        pytest.param(["--registry", "host.example:99999"], ["--registry"], id="registry-port"),
+        pytest.param(["--registry", "host\n.example"], ["--registry"], id="registry-newline"),
+        pytest.param(["--tag", "v1\n"], ["--tag"], id="tag-newline"),
+        pytest.param(["--image=--all"], ["--image '--all'"], id="image-option"),
+        pytest.param(["--region", "us-east-1 x"], ["--region"], id="region-space"),
+    ],
+)
+def test_push_injection(aws_env, tmp_path, capsys, fake_docker_sdk, argv, words):
+    before = listing(tmp_path)
+    assert tool(push.main, argv) == 2
+    err = capsys.readouterr().err
+    assert all(word in err for word in words), err
+    assert fake_docker_sdk == []
+    assert listing(tmp_path) == before
+    nothing_in_aws()
+
+
+# ============================================================================================
+# data loss: a user's existing data (an earlier job's trees, another job's containers or
+# source in S3) never overwritten, mixed or removed
+# ============================================================================================
+def test_an_existing_job_directory_is_refused_not_reused(place, capsys):
+    model = place.out / JOB / "algo-1" / "model"
+    model.mkdir(parents=True)
+    (model / "model.pt").write_bytes(b"weeks of training")
+    refused_locally(place, capsys, [], 2, ["--out", "already exists"])
+    assert docker_calls(place) == []
+
+
+def test_an_existing_job_directory_that_is_a_symlink_is_refused(place, capsys):
+    place.out.mkdir()
+    (place.out / JOB).symlink_to(place.outside)
+    refused_locally(place, capsys, [], 2, ["--out", "already exists"])
+
+
+def test_an_out_that_is_a_file_is_refused_and_kept(place, capsys):
+    (place.work / "results.csv").write_text("precious\n")
+    refused_locally(place, capsys, ["--out", "{work}/results.csv"], 2, ["--out", "results.csv"])
+
+
+def test_a_container_name_taken_by_another_job_is_not_removed(place, capsys, monkeypatch):
+    monkeypatch.setenv("FAKE_DOCKER_NAME_TAKEN", f"{JOB}-algo-2")
+    before = listing(place.root)
+    code, text = local(place, capsys, [])
+    assert code == 1 and "already in use" in text and "Traceback" not in text
+    calls = docker_calls(place)
+    assert f"rm -f {JOB}-algo-1" in calls  # ours, started
+    assert f"rm -f {JOB}-algo-2" not in calls  # the other job's: left alone
+    after = listing(place.root)
+    assert {k: v for k, v in after.items() if k in before} == before  # nothing changed or gone
+    assert all(k.startswith(f"work/out/{JOB}") or k == "work/out" for k in after.keys() - before)
+
+
+def test_a_network_name_taken_by_another_job_is_not_removed(place, capsys, monkeypatch):
+    monkeypatch.setenv("FAKE_DOCKER_NETWORK_TAKEN", "1")
+    place.out.mkdir()
+    before = listing(place.root)
+    code, text = local(place, capsys, [])
+    assert code == 1 and "network create" in text and "Traceback" not in text
+    calls = docker_calls(place)
+    assert not [c for c in calls if c.startswith(("run ", "rm ", "network rm"))]
+    assert listing(place.root) == before  # the job directory it had made is gone again
+
+
+def test_relaunching_a_job_name_keeps_the_first_jobs_source(aws_env, tmp_path, capsys):
+    args = launch_args(tmp_path)
+    assert tool(launch.main, args) == 0
+    key = f"{JOB}/source/sourcedir.tar.gz"
+    first = boto3.client("s3").get_object(Bucket=BUCKET, Key=key)["Body"].read()
+    (tmp_path / "src" / "train.py").write_text("print('changed')\n")
+    before = listing(tmp_path)
+    assert tool(launch.main, args) == 2
+    assert "--job-name hostile-job: a training job of this name exists" in capsys.readouterr().err
+    assert boto3.client("s3").get_object(Bucket=BUCKET, Key=key)["Body"].read() == first
+    assert len(boto3.client("sagemaker").list_training_jobs()["TrainingJobSummaries"]) == 1
+    assert listing(tmp_path) == before
+
+
+# ============================================================================================
+# path traversal: names that would put files outside the job's tree or take code from outside
+# the source directory
+# ============================================================================================
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        pytest.param(["--channel", "../x={work}/data"], ["--channel '../x'"], id="channel-up"),
+        pytest.param(["--channel", "..={work}/data"], ["--channel '..'"], id="channel-dotdot"),
+        pytest.param(["--channel", ".={work}/data"], ["--channel '.'"], id="channel-dot"),
+        pytest.param(["--channel", "a/b={work}/data"], ["--channel 'a/b'"], id="channel-slash"),
+        pytest.param(["--channel", "/etc={work}/data"], ["--channel '/etc'"], id="channel-abs"),
+        pytest.param(["--job-name", "../../escape"], ["--job-name"], id="job-name-up"),
+        pytest.param(["--job-name", "."], ["--job-name"], id="job-name-dot"),
+        pytest.param(
+            [*SRC[:2], "--entry-point", "../../outside/secret.py"],
+            ["--entry-point"],
+            id="entry-point-up",
+        ),
+        pytest.param(
+            [*SRC[:2], "--entry-point", "{outside}/secret.py"], ["--entry-point"], id="entry-abs"
+        ),
+        pytest.param(
+            [*SRC[:2], "--entry-point", "link.py"],
+            ["--entry-point link.py", "outside"],
+            id="entry-point-symlink-out",
+        ),
+    ],
+)
+def test_local_train_path_traversal(place, capsys, argv, words):
+    refused_locally(place, capsys, argv, 2, words)
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        pytest.param(["--channel", "..=s3://bucket/x"], ["--channel '..'"], id="channel-dotdot"),
+        pytest.param(["--channel", ".=s3://bucket/x"], ["--channel '.'"], id="channel-dot"),
+        pytest.param(["--channel", "../x=s3://bucket/x"], ["--channel '../x'"], id="channel-up"),
+        pytest.param(["--entry-point", "../outside/secret.py"], ["--entry-point"], id="entry-up"),
+        pytest.param(["--entry-point", "{tmp}/outside/secret.py"], ["--entry-point"], id="abs"),
+        pytest.param(["--entry-point", "link.py"], ["--entry-point link.py"], id="entry-symlink"),
+    ],
+)
+def test_launch_path_traversal(aws_env, tmp_path, capsys, argv, words):
+    refused_by_launch(tmp_path, capsys, argv, words)
+
+
+def test_push_repository_traversal(aws_env, tmp_path, capsys, fake_docker_sdk):
+    assert tool(push.main, ["--repository", "../team/x"]) == 2
+    assert "--repository '../team/x'" in capsys.readouterr().err
+    assert fake_docker_sdk == []
+    nothing_in_aws()
+
+
+# ============================================================================================
+# silent acceptance: input that used to be taken, then lost, overridden, merged, or refused
+# only later by SageMaker (after the source was uploaded) or inside the containers
+# ============================================================================================
+@pytest.mark.parametrize(
+    ("argv", "fs", "words"),
+    [
+        pytest.param(["--hp", "a-b=1", "--hp", "a_b=2"], None, ["--hp a_b", "SM_HP_A_B"], id="hp"),
+        pytest.param(["--hp", "a=1", "--hp", "a=2"], None, ["--hp a: given twice"], id="hp-twice"),
+        pytest.param(["--hp", "=1"], None, ["--hp '=1'", "empty"], id="hp-empty-key"),
+        pytest.param(["--hp", "epochs"], None, ["--hp 'epochs'", "NAME=VALUE"], id="hp-no-value"),
+        pytest.param(
+            [*SRC, "--hp", "sagemaker_program=other.py"],
+            None,
+            ["--hp sagemaker_program: set by --entry-point"],
+            id="hp-overridden-program",
+        ),
+        pytest.param(
+            ["--hp", "sagemaker_mpi_enabled=false"], None, ["set by --launcher"], id="hp-launcher"
+        ),
+        pytest.param(["--hp", "x=" + "v" * 2600], None, ["--hp x", "2500"], id="hp-value-long"),
+        pytest.param(["--hp", "k" * 257 + "=1"], None, ["--hp", "256"], id="hp-key-long"),
+        pytest.param(
+            [x for i in range(100) for x in ("--hp", f"k{i}=1")], None, ["100"], id="hp-count"
+        ),
+        pytest.param(
+            ["--channel", "a={work}/data", "--channel", "a={work}/src"],
+            None,
+            ["--channel a: given twice"],
+            id="channel-twice-merged",
+        ),
+        pytest.param(
+            ["--channel", "a-b={work}/data", "--channel", "a_b={work}/src"],
+            None,
+            ["--channel a_b", "SM_CHANNEL_A_B"],
+            id="channel-collision",
+        ),
+        pytest.param(channel_args(21), "channels21", ["--channel", "20"], id="channel-count"),
+        pytest.param(["--channel", "c=" + "{work}/nope"], None, ["not a directory"], id="ch-none"),
+        pytest.param(
+            ["--env", "TRAINING_JOB_NAME=other"], None, ["set by --job-name"], id="env-job-name"
+        ),
+        pytest.param(
+            ["--launcher", "torchrun", "--slots", "2", "--env", "BYOC_CPU_SLOTS_PER_HOST=8"],
+            None,
+            ["--env BYOC_CPU_SLOTS_PER_HOST: set by --slots"],
+            id="env-slots",
+        ),
+        pytest.param(["--env", "A=1", "--env", "A=2"], None, ["given twice"], id="env-twice"),
+        pytest.param(["--env", "X=" + "v" * 600], None, ["--env X", "512"], id="env-value-long"),
+        pytest.param(["--env", "1X=1"], None, ["--env '1X'"], id="env-name-digit"),
+        pytest.param(
+            ["--source-dir", "{work}/src"], None, ["--source-dir needs --entry-point"], id="code"
+        ),
+        pytest.param(["--entry-point", "train.py"], None, ["needs --source-dir"], id="entry"),
+        pytest.param(
+            ["--launcher", "torchrun", *SRC[:2], "--entry-point", "run.sh"],
+            None,
+            ["--entry-point *.py"],
+            id="torchrun-shell-script",
+        ),
+        pytest.param([*SRC[:2], "--entry-point", "nope.py"], None, ["no such file"], id="no-ep"),
+        pytest.param(["--channel", "c="], None, ["--channel c=", "not a directory"], id="ch-empty"),
+        pytest.param(["--job-name", ""], None, ["--job-name ''"], id="job-name-empty"),
+        pytest.param(["--out", ""], None, ["--out is empty"], id="out-empty"),
+        pytest.param(["--hosts", "0"], None, ["--hosts must be 1-64, not 0"], id="hosts-0"),
+        pytest.param(["--hosts", "65"], None, ["--hosts must be 1-64"], id="hosts-65"),
+        pytest.param(["--slots", "0"], None, ["--slots must be 1-256"], id="slots-0"),
+        pytest.param(["--slots", "257"], None, ["--slots must be 1-256"], id="slots-257"),
+        pytest.param(["--shm-size", "0"], None, ["--shm-size"], id="shm-size-0"),
+    ],
+)
+def test_local_train_silent_acceptance(place, capsys, argv, fs, words):
+    if fs:
+        setup_fs(place, fs)
+    refused_locally(place, capsys, argv, 2, words)
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        pytest.param(["--hp", "a-b=1", "--hp", "a_b=2"], ["--hp a_b", "SM_HP_A_B"], id="hp"),
+        pytest.param(["--hp", "a=1", "--hp", "a=2"], ["--hp a: given twice"], id="hp-twice"),
+        pytest.param(["--hp", "sagemaker_program=x.py"], ["set by --entry-point"], id="hp-program"),
+        pytest.param(
+            ["--hp", "sagemaker_mpi_custom_mpi_options=-x A"],
+            ["set by --custom-mpi-options"],
+            id="hp-mpi-options",
+        ),
+        pytest.param(["--hp", "x=" + "v" * 2600], ["--hp x", "2500"], id="hp-value-long"),
+        pytest.param(["--env", "X=" + "v" * 600], ["--env X", "512"], id="env-value-long"),
+        pytest.param(
+            [x for i in range(101) for x in ("--env", f"E{i}=1")], ["--env", "100"], id="env-n"
+        ),
+        pytest.param(
+            ["--custom-mpi-options=" + "-x A=1 " * 400],
+            ["--custom-mpi-options sagemaker_mpi_custom_mpi_options", "2500"],
+            id="mpi-options-long",
+        ),
+        pytest.param(["--max-run", "2419201"], ["--max-run must be 1-2419200 s"], id="max-run"),
+        pytest.param(["--max-run", "0"], ["--max-run must be 1-2419200 s"], id="max-run-0"),
+        pytest.param(["--instance-count", "0"], ["--instance-count must be 1-"], id="count-0"),
+        pytest.param(
+            ["--instance-count", str(2**31)], ["--instance-count must be 1-2147483647"], id="count"
+        ),
+        pytest.param(["--volume-size", "0"], ["--volume-size must be 1-16384 GB"], id="vol-0"),
+        pytest.param(["--volume-size", "16385"], ["--volume-size must be 1-16384"], id="vol"),
+        pytest.param(
+            ["--processes-per-host", "0"], ["--processes-per-host must be 1-1024"], id="pph-0"
+        ),
+        pytest.param(
+            ["--processes-per-host", "1025"], ["--processes-per-host must be 1-1024"], id="pph"
+        ),
+        pytest.param(
+            ["--spot", "--max-wait", str(2**31)],
+            ["--max-wait must be 86400-2147483647 s"],
+            id="max-wait-huge",
+        ),
+        pytest.param(
+            [x for i in range(21) for x in ("--channel", f"c{i}=s3://bucket/c{i}/")],
+            ["--channel", "20"],
+            id="channel-count",
+        ),
+        pytest.param(
+            ["--channel", "a=s3://bucket/x", "--channel", "a=s3://bucket/y"],
+            ["--channel a: given twice"],
+            id="channel-twice",
+        ),
+        pytest.param(
+            ["--subnet", "subnet-1", *[x for i in range(6) for x in ("--security-group", "sg")]],
+            ["--security-group: at most 5"],
+            id="security-groups",
+        ),
+        pytest.param(["--job-name", "a" * 64], ["--job-name", "63"], id="job-name-long"),
+        pytest.param(
+            ["--base-job-name", "b" * 50, "--job-name", ""], ["--job-name"], id="job-name-empty"
+        ),
+    ],
+)
+def test_launch_silent_acceptance(aws_env, tmp_path, capsys, argv, words):
+    refused_by_launch(tmp_path, capsys, argv, words)
+
+
+def test_launch_base_job_name_too_long_is_refused_before_aws(aws_env, tmp_path, capsys):
+    args = [a for a in launch_args(tmp_path) if a not in ("--job-name", JOB)]
+    before = listing(tmp_path)
+    assert tool(launch.main, [*args, "--base-job-name", "b" * 50]) == 2
+    assert "--base-job-name 'bbbb" in capsys.readouterr().err
+    assert listing(tmp_path) == before
+    nothing_in_aws()
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        pytest.param(["--repository", "Team/PyTorch"], ["--repository 'Team/PyTorch'"], id="uc"),
+        pytest.param(["--repository", "x"], ["--repository 'x'"], id="short"),
+        pytest.param(["--tag", ".hidden"], ["--tag '.hidden'"], id="tag-dot"),
+        pytest.param(["--tag", "t" * 129], ["--tag"], id="tag-long"),
+    ],
+)
+def test_push_silent_acceptance(aws_env, tmp_path, capsys, fake_docker_sdk, argv, words):
+    before = listing(tmp_path)
+    assert tool(push.main, argv) == 2
+    err = capsys.readouterr().err
+    assert all(word in err for word in words), err
+    assert fake_docker_sdk == []
+    assert listing(tmp_path) == before
+    nothing_in_aws()
+
+
+# ============================================================================================
+# hangs: values and files that would make a tool wait forever, spin, or copy without end
+# ============================================================================================
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "-1", "0", "1e300", "2419201"])
+def test_local_train_timeout_is_bounded(place, capsys, value):
+    refused_locally(place, capsys, [f"--timeout={value}"], 2, ["--timeout must be more than 0"])
+
+
+@pytest.mark.parametrize(
+    ("fs", "words"),
+    [
+        pytest.param("fifo", ["--channel train", "pipe", "FIFO"], id="fifo"),
+        pytest.param("loop", ["--channel train", "symlink loop"], id="symlink-loop"),
+        pytest.param("device", ["--channel train", "zero", "device"], id="device"),
+        pytest.param("dangling", ["--channel train", "gone", "dangling"], id="dangling"),
+    ],
+)
+def test_local_train_channel_files_that_never_end(place, capsys, fs, words):
+    setup_fs(place, fs)
+    # As a command: were the copy to block on the FIFO, the test would still end.
+    refused_locally(place, capsys, ["--channel", "train={work}/data"], 2, words, cli=True)
+
+
+def test_local_train_job_tree_inside_a_channel_is_refused(place, capsys):
+    argv = ["--channel", "train={work}", "--out", "{work}/out"]
+    refused_locally(place, capsys, argv, 2, ["--out", "--channel train", "into itself"], cli=True)
+
+
+def test_local_train_channels_that_do_not_fit_on_the_disk(place, capsys, monkeypatch):
+    monkeypatch.setattr(local_train, "FREE_SPACE_MARGIN", 1 << 62)
+    argv = ["--channel", "train={work}/data"]
+    refused_locally(place, capsys, argv, 2, ["--channel", "GB are free under --out"])
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "0", "0.001", "1e300", "1e9"])
+def test_launch_poll_is_bounded(aws_env, tmp_path, capsys, value):
+    refused_by_launch(tmp_path, capsys, ["--wait", f"--poll={value}"], ["--poll must be 1-3600 s"])
+
+
+def test_launch_huge_source_dir_is_refused(aws_env, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(launch, "MAX_SOURCE_BYTES", 1 << 20)
+    launch_args(tmp_path)
+    (tmp_path / "src" / "weights.bin").write_bytes(b"\0" * (2 << 20))
+    refused_by_launch(tmp_path, capsys, [], ["--source-dir", "more than 1 MiB"])
+
+
+def test_launch_unreachable_endpoint_fails_in_bounded_time(aws_env, tmp_path, capsys, monkeypatch):
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    args = launch_args(tmp_path)
+    before = listing(tmp_path)
+    start = time.monotonic()
+    assert tool(launch.main, args) == 1
+    assert time.monotonic() - start < 60
+    err = capsys.readouterr().err
+    assert "sts:GetCallerIdentity" in err and "Traceback" not in err
+    assert listing(tmp_path) == before
+
+
+# ============================================================================================
+# tracebacks instead of messages
+# ============================================================================================
+def test_local_train_without_a_docker_cli(place, capsys):
+    env = {"DOCKER": "/nonexistent/docker"}
+    words = ["no docker CLI", "/nonexistent/docker", "DOCKER="]
+    refused_locally(place, capsys, [], 127, words, cli=True, env=env)
+
+
+def test_local_train_with_docker_not_on_path(place, capsys):
+    env = {"DOCKER": "", "PATH": str(place.root / "bin" / "empty")}
+    refused_locally(place, capsys, [], 127, ["no docker CLI", "docker is not on PATH"], True, env)
+
+
+def test_local_train_with_docker_not_executable(place, capsys):
+    env = {"DOCKER": str(place.work / "src" / "train.py")}
+    refused_locally(place, capsys, [], 126, ["DOCKER=", "not an executable"], True, env)
+
+
+def test_local_train_with_an_unparsable_docker_variable(place, capsys):
+    refused_locally(place, capsys, [], 2, ["DOCKER=", "quotation"], True, {"DOCKER": "'docker"})
+
+
+def test_local_train_without_botocore_still_refuses(place):
+    """python -S: no site-packages, so no botocore; SageMaker's limits come from the copy."""
+    before = listing(place.root)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-S",
+            "-B",
+            str(SCRIPT),
+            "--out",
+            str(place.out),
+            "--hp",
+            "k" * 257 + "=1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "--hp 'kkk" in result.stderr and "HyperParameterKey allows 0-256" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert listing(place.root) == before and docker_calls(place) == []
+
+
+def test_local_train_with_a_missing_image(place, capsys, monkeypatch):
+    monkeypatch.setenv("FAKE_DOCKER_NO_IMAGE", "1")
+    refused_locally(place, capsys, ["--image", "nope:1"], 2, ["--image nope:1", "not found"], True)
+    assert docker_calls(place) == ["image inspect nope:1"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        pytest.param(["--hp", "deep=" + "[" * 3000], ["--hp deep", "nested"], id="deep-json"),
+        pytest.param(["--out", "{work}/data/a.txt/sub"], ["--out", "not a directory"], id="out"),
+        pytest.param(["--timeout", "abc"], ["--timeout"], id="timeout-word"),
+        pytest.param(["--hosts", "1e3"], ["--hosts"], id="hosts-float"),
+        pytest.param(["--hosts", "9" * 5000], ["--hosts"], id="hosts-huge-int"),
+        pytest.param(["--launcher", "mpi"], ["--launcher"], id="launcher"),
+    ],
+)
+def test_local_train_tracebacks(place, capsys, argv, words):
+    refused_locally(place, capsys, argv, 2, words, cli=True)
+
+
+def test_local_train_when_docker_wait_says_nonsense(place, capsys, monkeypatch):
+    monkeypatch.setenv("FAKE_DOCKER_WAIT", "no such container")
+    before = listing(place.root)
+    code, text = local(place, capsys, [], cli=True)
+    assert code == 1 and "docker wait" in text and "Traceback" not in text
+    after = listing(place.root)
+    assert all(k.startswith("work/out") for k in after.keys() - before)
+    assert {k: v for k, v in after.items() if k in before} == before
+    assert f"rm -f {JOB}-algo-1" in docker_calls(place)
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        pytest.param(["--hp", "deep=" + "[" * 3000], ["--hp deep", "nested"], id="deep-json"),
+        pytest.param(["--region", ""], ["--region ''"], id="empty-region"),
+        pytest.param(["--instance-count", "1" + "0" * 40], ["--instance-count"], id="int-huge"),
+        pytest.param(["--poll", "abc"], ["--poll"], id="poll-word"),
+    ],
+)
+def test_launch_tracebacks(aws_env, tmp_path, capsys, argv, words):
+    refused_by_launch(tmp_path, capsys, argv, words)
+
+
+def _on(aws_event: str, exc: Exception, monkeypatch) -> None:
+    real = launch.connect
+
+    def connect(*a, **kw):
+        aws = real(*a, **kw)
+
+        def refuse(**_):
+            raise exc
+
+        aws.session.events.register(aws_event, refuse)
+        return aws
+
+    monkeypatch.setattr(launch, "connect", connect)
+
+
+def test_launch_wait_when_logs_are_denied(aws_env, tmp_path, capsys, monkeypatch):
+    denied = botocore.exceptions.ClientError(
+        {"Error": {"Code": "AccessDeniedException", "Message": "no logs for you"}},
+        "DescribeLogStreams",
+    )
+    _on("before-call.cloudwatch-logs.DescribeLogStreams", denied, monkeypatch)
+    args = [*launch_args(tmp_path), "--wait", "--poll", "1"]
+    before = listing(tmp_path)
+    assert tool(launch.main, args) == 1
+    err = capsys.readouterr().err
+    assert "logs:DescribeLogStreams failed: AccessDeniedException" in err
+    assert listing(tmp_path) == before
+
+
+def test_launch_connection_lost_at_create_leaves_no_tarball(aws_env, tmp_path, capsys, monkeypatch):
+    lost = botocore.exceptions.EndpointConnectionError(endpoint_url="https://sagemaker.example")
+    _on("before-call.sagemaker.CreateTrainingJob", lost, monkeypatch)
+    args = launch_args(tmp_path)
+    before = listing(tmp_path)
+    assert tool(launch.main, args) == 1
+    err = capsys.readouterr().err
+    assert "sagemaker:CreateTrainingJob failed: Could not connect" in err
+    assert boto3.client("s3").list_objects_v2(Bucket=BUCKET).get("Contents", []) == []
+    assert boto3.client("sagemaker").list_training_jobs()["TrainingJobSummaries"] == []
+    assert listing(tmp_path) == before
+
+
+def test_push_with_an_empty_region(aws_env, tmp_path, capsys, fake_docker_sdk):
+    assert tool(push.main, ["--region", ""]) == 2
+    assert "--region ''" in capsys.readouterr().err
+    assert fake_docker_sdk == []
+    nothing_in_aws()
