@@ -7,7 +7,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from byoc.deadline import Deadline
@@ -32,8 +34,15 @@ def check_output(cmd: list[str]) -> str:
 _STARTED: list[subprocess.Popen] = []  # what run_watched started, for terminate_all
 
 
-def run_watched(cmd: list[str], env: dict[str, str], cwd: Path, watcher: OutputWatcher) -> int:
-    """Run cmd, copy its output (stdout and stderr merged) to ours, feed the watcher."""
+def run_watched(
+    cmd: list[str],
+    env: dict[str, str],
+    cwd: Path,
+    watcher: OutputWatcher,
+    guard: Callable[[subprocess.Popen], None] | None = None,
+) -> int:
+    """Run cmd, copy its output (stdout and stderr merged) to ours, feed the watcher. guard, if
+    given, runs beside it in a thread with the process (it may end it: end())."""
     proc = subprocess.Popen(
         cmd,
         env=env,
@@ -46,6 +55,8 @@ def run_watched(cmd: list[str], env: dict[str, str], cwd: Path, watcher: OutputW
         bufsize=1,
     )
     _STARTED.append(proc)
+    if guard is not None:
+        threading.Thread(target=guard, args=(proc,), daemon=True, name="guard").start()
     assert proc.stdout is not None
     for line in proc.stdout:
         sys.stdout.write(line)
@@ -53,6 +64,17 @@ def run_watched(cmd: list[str], env: dict[str, str], cwd: Path, watcher: OutputW
         watcher.feed(line)
     code = proc.wait()
     return 128 - code if code < 0 else code  # killed by signal N: 128 + N, as shells say
+
+
+def end(proc: subprocess.Popen, grace: float = 10.0) -> None:
+    """SIGTERM to proc (a launcher ends its ranks on it), SIGKILL if it lives on past grace."""
+    with contextlib.suppress(ProcessLookupError):
+        proc.terminate()
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
 
 
 def _others() -> list[int]:

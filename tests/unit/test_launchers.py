@@ -260,3 +260,31 @@ def test_sigterm_stops_the_job_until_its_result_is_known():
     shutdown.result_known = True
     shutdown.on_sigterm(15, None)  # no exception: the known result stands
     assert shutdown.requested.is_set()  # and the leader's last waits end now
+
+
+# --- torchrun: a host that failed ends the others' ranks ---------------------------------------
+def test_a_worker_that_failed_ends_the_leaders_torchrun_after_a_grace(monkeypatch, capsys):
+    import subprocess
+    import threading
+    import time
+
+    from byoc import coordinator
+    from byoc.launch import torchrun
+
+    monkeypatch.setattr(torchrun, "END_GRACE", 0.5)
+    state = coordinator.JobState(["algo-1", "algo-2"], lambda h: {"127.0.0.1"})
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        t0 = time.monotonic()
+        guard = threading.Thread(target=torchrun._watch_workers(state), args=(proc,))
+        guard.start()
+        state.report({"host": "algo-2", "exit_code": 0})  # a success ends nothing
+        time.sleep(1.0)  # the deliberate delay under test: the guard must not act on it
+        assert proc.poll() is None
+        state.report({"host": "algo-2", "exit_code": 1})
+        guard.join(30)
+        assert proc.poll() is not None and time.monotonic() - t0 < 20
+        assert "algo-2 failed; this host's ranks still run" in capsys.readouterr().out
+    finally:
+        proc.kill()
+        proc.wait()

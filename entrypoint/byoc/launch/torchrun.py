@@ -6,16 +6,38 @@ leader: coordinator up -> every worker has joined (bounded; names the missing) -
 worker: join at the leader (bounded) -> wait for "running" -> its own torchrun -> report the
         result to the leader -> exit with its own code
 No SSH: torchrun's rendezvous runs on the leader (--master-addr, BYOC_TORCHRUN_PORT).
+
+A host whose ranks failed does not always bring the others down (a rank that dies after the last
+collective; torchrun's agents wait up to 300 s for each other at exit; NCCL notices a lost peer
+only at its timeout): while torchrun runs, the leader watches the workers' reports and a worker
+watches the leader's state, and END_GRACE s after another host failed, this host's torchrun is
+ended, so the job fails within seconds, with the first failure as its cause.
 """
 
 from __future__ import annotations
 
+import subprocess
 import urllib.parse
 
 from byoc import constants as C
 from byoc import coordinator, peers, procs, report
 from byoc.errors import JobError
 from byoc.launch import Job
+
+END_GRACE = 20.0  # s this host's ranks get to notice another host's failure themselves
+
+
+def _end_after_grace(proc, why: str) -> None:
+    """Give proc END_GRACE s to end by itself (its ranks' own errors are the better report),
+    then end it, saying why."""
+    try:
+        proc.wait(timeout=END_GRACE)
+    except subprocess.TimeoutExpired:
+        print(
+            f"byoc: {why}; this host's ranks still run {END_GRACE:.0f} s later: ending them",
+            flush=True,
+        )
+        procs.end(proc)
 
 
 def run(job: Job) -> tuple[int, list[report.RankFailure]]:
@@ -46,8 +68,10 @@ def _leader(job: Job) -> tuple[int, list[report.RankFailure]]:
         state.set("running")
         started = True
         print(f"byoc: launching {' '.join(job.plan.command)}", flush=True)
-        code = procs.run_watched(job.plan.command, job.env, job.cwd, job.watcher)
+        guard = _watch_workers(state)
+        code = procs.run_watched(job.plan.command, job.env, job.cwd, job.watcher, guard)
         job.shutdown.result_known = True
+        state.set("done", code)  # this host's result; workers still running learn of a failure
         late = state.wait_for(
             state.missing_reports(workers), C.REPORT_TIMEOUT, job.shutdown.requested
         )
@@ -75,6 +99,52 @@ def _leader(job: Job) -> tuple[int, list[report.RankFailure]]:
         server.shutdown()
 
 
+def _failed(state: coordinator.JobState) -> list[str]:
+    """Workers that reported a failure."""
+    with state.lock:
+        return sorted(h for h, r in state.reports.items() if r.get("exit_code") not in (0, None))
+
+
+def _watch_workers(state: coordinator.JobState):
+    """The leader's guard: end this host's torchrun once a worker has reported a failure."""
+
+    def guard(proc) -> None:
+        with state.lock:
+            while proc.poll() is None and not _failed(state):
+                state.lock.wait(0.5)
+        if proc.poll() is None:
+            _end_after_grace(proc, f"{', '.join(_failed(state))} failed")
+
+    return guard
+
+
+def _watch_leader(job: Job, query: str):
+    """A worker's guard: end this host's torchrun once the leader has failed or is gone."""
+    cfg, settings = job.cfg, job.settings
+
+    def guard(proc) -> None:
+        try:
+            status = coordinator.poll(
+                cfg.leader,
+                settings.coordinator_port,
+                f"/status?{query}",
+                lambda s: (
+                    proc.poll() is not None or (s.get("state") == "done" and s.get("exit_code"))
+                ),
+                appear=settings.leader_timeout,
+                lost_after=settings.leader_lost_after,
+            )
+        except (coordinator.LeaderLost, coordinator.Refused) as exc:
+            if proc.poll() is None:
+                _end_after_grace(proc, str(exc))
+            return
+        if proc.poll() is None:
+            code = int(status.get("exit_code") or 1)
+            _end_after_grace(proc, f"the leader {cfg.leader} failed ({report.describe_exit(code)})")
+
+    return guard
+
+
 def _worker(job: Job) -> tuple[int, list[report.RankFailure]]:
     cfg, settings = job.cfg, job.settings
     me, leader, port = cfg.current_host, cfg.leader, settings.coordinator_port
@@ -98,7 +168,8 @@ def _worker(job: Job) -> tuple[int, list[report.RankFailure]]:
             f"({report.describe_exit(code)}); its failure file names the cause",
             code,
         )
-    code = procs.run_watched(job.plan.command, job.env, job.cwd, job.watcher)
+    guard = _watch_leader(job, query)
+    code = procs.run_watched(job.plan.command, job.env, job.cwd, job.watcher, guard)
     job.shutdown.result_known = True
     failures = _mine(job)
     cause = report.root_cause(failures)
