@@ -18,6 +18,8 @@ network; locally, the job's network.
 from __future__ import annotations
 
 import json
+import re
+import signal
 import socket
 import threading
 import time
@@ -30,6 +32,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from byoc.deadline import Deadline
 
 MAX_BODY = 64 * 1024  # a join or a report is a few KB
+# One OpenSSH public key: type, base64 blob, maybe a printable comment; no options, no newline.
+PUBLIC_KEY = re.compile(
+    r"(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)) [A-Za-z0-9+/]+={0,3}( [ -~]*)?"
+)
 
 
 class LeaderLost(Exception):
@@ -66,25 +72,37 @@ class JobState:
             self.state, self.exit_code = state, exit_code
             self.lock.notify_all()
 
+    def claim(self, host: object, source: str | None) -> tuple[int, str] | None:
+        """Whether a request from address source may speak for host (None: it may)."""
+        if not isinstance(host, str) or host not in self.hosts:
+            return 403, f"{host!r} is not a host of this job"
+        if source is None:
+            return None
+        addresses = self.resolve(host)
+        if not addresses:
+            return 503, f"{host} does not resolve here yet"
+        if source not in addresses:
+            return 403, f"{host} resolves to {sorted(addresses)}, not to the caller {source}"
+        return None
+
     def join(self, member: dict, source: str | None) -> tuple[int, str] | None:
         """Record a host's keys; None, or the HTTP status and reason of the refusal (503: try
         again, the name does not resolve here yet)."""
         host = member.get("host")
-        if host not in self.hosts:
-            return 403, f"{host!r} is not a host of this job"
-        addresses = self.resolve(host)
-        if source is not None and not addresses:
-            return 503, f"{host} does not resolve here yet"
-        if source is not None and source not in addresses:
-            return 403, f"{host} resolves to {sorted(addresses)}, not to the caller {source}"
-        if source is not None:
-            addresses.add(source)
+        refused = self.claim(host, source)
+        if refused:
+            return refused
+        addresses = self.resolve(host) | ({source} if source else set())
         user_key = member.get("user_key") or ""
         host_keys = member.get("host_keys") or []
-        if not isinstance(user_key, str) or not (
-            isinstance(host_keys, list) and all(isinstance(k, str) for k in host_keys)
+        if (
+            not isinstance(host_keys, list)
+            or not all(
+                isinstance(k, str) and PUBLIC_KEY.fullmatch(k) for k in [*host_keys, user_key] if k
+            )
+            or not isinstance(user_key, str)
         ):
-            return 400, "user_key must be a string and host_keys a list of strings"
+            return 400, "user_key and host_keys must be OpenSSH public keys, one line each"
         with self.lock:
             self.members[host] = {
                 "addresses": sorted(addresses),
@@ -114,10 +132,11 @@ class JobState:
                 self.lock.notify_all()
             return {"state": self.state, "exit_code": self.exit_code}
 
-    def report(self, result: dict) -> tuple[int, str] | None:
+    def report(self, result: dict, source: str | None) -> tuple[int, str] | None:
         host = result.get("host")
-        if host not in self.hosts:
-            return 403, f"{host!r} is not a host of this job"
+        refused = self.claim(host, source)
+        if refused:
+            return refused
         with self.lock:
             self.reports[host] = result
             self.lock.notify_all()
@@ -160,6 +179,8 @@ def serve(state: JobState, port: int) -> ThreadingHTTPServer:
         def do_GET(self):  # noqa: N802 - the http.server API
             url = urllib.parse.urlparse(self.path)
             host = urllib.parse.parse_qs(url.query).get("host", [None])[0]
+            if host and state.claim(host, self.client_address[0]):
+                host = None  # answered, but not counted as that host having seen it
             if url.path == "/status":
                 self._send(200, state.snapshot(host))
             elif url.path == "/peers":
@@ -182,7 +203,7 @@ def serve(state: JobState, port: int) -> ThreadingHTTPServer:
             if url.path == "/join":
                 refused = state.join(body, self.client_address[0])
             elif url.path == "/report":
-                refused = state.report(body)
+                refused = state.report(body, self.client_address[0])
             else:
                 self._send(404, {"error": "no such path"})
                 return
@@ -196,7 +217,13 @@ def serve(state: JobState, port: int) -> ThreadingHTTPServer:
 
     server = ThreadingHTTPServer(("0.0.0.0", port), Handler)  # noqa: S104 - peers connect
     server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True, name="coordinator").start()
+    # Its threads (and the request threads they start) take no signal: in PID 1 a SIGCHLD or
+    # SIGTERM delivered to one of them would be lost to the supervisor's sigwait.
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+    try:
+        threading.Thread(target=server.serve_forever, daemon=True, name="coordinator").start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
     return server
 
 

@@ -8,6 +8,7 @@ launchers) and a platform driver's job (byoc.launch.sdk).
 
 from __future__ import annotations
 
+import socket
 import threading
 import urllib.parse
 from pathlib import Path
@@ -35,7 +36,7 @@ def own_keys(host: str, identity: Path | None, given: str | None = None) -> dict
 
 def _members(hosts: dict) -> list[ssh.Member]:
     try:
-        return [
+        members = [
             ssh.Member(
                 host=str(name),
                 addresses=[str(a) for a in info["addresses"]],
@@ -46,6 +47,11 @@ def _members(hosts: dict) -> list[ssh.Member]:
         ]
     except (TypeError, KeyError, AttributeError) as exc:
         raise JobError(f"the leader sent a malformed list of the job's hosts ({exc!r})") from exc
+    for m in members:
+        keys = [k for k in [m.user_key, *m.host_keys] if k]
+        if not all(coordinator.PUBLIC_KEY.fullmatch(k) for k in keys):
+            raise JobError(f"the leader sent a key of {m.host} that is no OpenSSH public key")
+    return members
 
 
 def lead(
@@ -59,6 +65,13 @@ def lead(
     refused = state.join(keys, source=None)
     if refused:
         raise JobError(f"the leader cannot join its own job: {refused[1]}")
+    with state.lock:
+        me = state.members[cfg.leader]
+        if not me["addresses"]:
+            # Its own name does not resolve (yet): the address its host name has will do.
+            me["addresses"] = sorted(
+                coordinator.host_addresses(socket.gethostname()) - {"127.0.0.1"}
+            )
     workers = cfg.hosts[1:]
     missing = state.wait_for(state.missing_members(workers), settings.peer_timeout, stop)
     if missing:
@@ -100,4 +113,8 @@ def follow(cfg: JobConfig, keys: dict, settings: Settings) -> list[ssh.Member]:
             "failure file names the cause",
             int(answer.get("exit_code") or 1),
         )
-    return _members(answer.get("hosts") or {})
+    members = _members(answer.get("hosts") or {})
+    for m in members:  # the leader's address as this host reaches it, too
+        if m.host == cfg.leader:
+            m.addresses[:] = sorted(set(m.addresses) | coordinator.host_addresses(cfg.leader))
+    return members

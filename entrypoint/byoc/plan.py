@@ -10,6 +10,7 @@ BYOC_LAUNCHER overrides what the hyperparameters ask for.
 
 from __future__ import annotations
 
+import math
 import shlex
 import sys
 from dataclasses import dataclass, field
@@ -125,7 +126,7 @@ def horovodrun_command(
 
 def torchrun_program(program: list[str]) -> list[str]:
     """The program as torchrun takes it: a script, -m module, or --no-python executable."""
-    if len(program) >= 2 and Path(program[0]).name.startswith("python"):
+    if len(program) >= 2 and program[0] == sys.executable:
         if program[1] == "-m" and len(program) >= 3:
             return ["-m", *program[2:]]
         return program[1:]
@@ -144,7 +145,7 @@ def torchrun_command(
             f"--node-rank={cfg.hosts.index(cfg.current_host)}",
             f"--master-addr={cfg.leader}",
             f"--master-port={port}",
-            f"--rdzv-conf=timeout={int(rendezvous_timeout)}",
+            f"--rdzv-conf=timeout={max(1, math.ceil(rendezvous_timeout))}",
         ]
     return [*cmd, *torchrun_program(program)]
 

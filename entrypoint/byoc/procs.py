@@ -31,6 +31,7 @@ def check_output(cmd: list[str]) -> str:
     return result.stdout
 
 
+OUTPUT_DRAIN = 5.0  # s the output of a program that has ended is still read
 _STARTED: list[subprocess.Popen] = []  # what run_watched started, for terminate_all
 
 
@@ -57,17 +58,26 @@ def run_watched(
     _STARTED.append(proc)
     if guard is not None:
         threading.Thread(target=guard, args=(proc,), daemon=True, name="guard").start()
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        sys.stdout.write(line)
-        sys.stdout.flush()
-        watcher.feed(line)
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+            watcher.feed(line)
+
+    reader = threading.Thread(target=pump, daemon=True, name="output")
+    reader.start()
     code = proc.wait()
+    # Orphans of the program (a rank torchrun left behind, `tensorboard &`) may hold its output
+    # open: their last lines are shown for a while, then the job goes on without them.
+    reader.join(OUTPUT_DRAIN)
     return 128 - code if code < 0 else code  # killed by signal N: 128 + N, as shells say
 
 
-def end(proc: subprocess.Popen, grace: float = 10.0) -> None:
-    """SIGTERM to proc (a launcher ends its ranks on it), SIGKILL if it lives on past grace."""
+def end(proc: subprocess.Popen, grace: float = 40.0) -> None:
+    """SIGTERM to proc (a launcher ends its ranks on it), SIGKILL if it lives on past grace
+    (torchrun itself gives its ranks 30 s after a SIGTERM)."""
     with contextlib.suppress(ProcessLookupError):
         proc.terminate()
     try:

@@ -65,10 +65,9 @@ def root_cause(failures: list[RankFailure]) -> RankFailure | None:
 
 @dataclass
 class OutputWatcher:
-    """Fed every output line of the job; remembers the tail and the first rank that raised."""
+    """Fed every output line of the job; remembers the tail and every rank that raised."""
 
     tail: collections.deque = field(default_factory=lambda: collections.deque(maxlen=60))
-    first_failure: RankFailure | None = None
     failures: list[RankFailure] = field(default_factory=list)
     _in_traceback: dict[int, list[str]] = field(default_factory=dict)
     _began: dict[int, float] = field(default_factory=dict)
@@ -93,8 +92,6 @@ class OutputWatcher:
                 lines = self._in_traceback.pop(rank)
                 failure = RankFailure(rank, text.strip(), lines[-12:], self._began.pop(rank, 0))
                 self.failures.append(failure)
-                if self.first_failure is None:
-                    self.first_failure = failure
 
 
 def describe_exit(code: int) -> str:

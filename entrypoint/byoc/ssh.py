@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import hashlib
 import os
 import pwd
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,20 +65,28 @@ def _run(cmd: list[str]) -> str:
 
 
 def write_file(path: Path, text: str, mode: int, owner: tuple[int, int] | None = None) -> None:
-    """Create or replace path with text, never readable by others while it is written."""
+    """Create or replace path with text, never readable by others while it is written, and
+    never through a link planted where the temporary file goes (mkstemp: O_EXCL)."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.chmod(tmp, mode)
-    if owner:
-        os.chown(tmp, *owner)
-    os.replace(tmp, path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            os.fchmod(f.fileno(), mode)
+            if owner:
+                os.fchown(f.fileno(), *owner)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def home_ssh_dir() -> Path:
-    return Path(pwd.getpwuid(os.getuid()).pw_dir) / ".ssh"
+    try:
+        return Path(pwd.getpwuid(os.getuid()).pw_dir) / ".ssh"
+    except KeyError:
+        raise SSHError(f"uid {os.getuid()} has no passwd entry, so no home for ~/.ssh") from None
 
 
 # --- keys ------------------------------------------------------------------------------------
@@ -278,14 +288,19 @@ def wait_for_login(host: str, timeout: float) -> float:
     deadline = Deadline(timeout, "the wait for a worker's sshd")
     last = ""
     while not deadline.expired():
-        result = subprocess.run(
-            ["ssh", "-o", "ConnectTimeout=5", "--", host, "true"],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if result.returncode == 0:
-            return time.monotonic() - start
-        last = result.stderr.strip() or f"exit {result.returncode}"
+        try:
+            result = subprocess.run(
+                ["ssh", "-o", "ConnectTimeout=5", "--", host, "true"],
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=max(5.0, min(30.0, deadline.left())),
+            )
+        except subprocess.TimeoutExpired:
+            last = "ssh did not finish (a peer that accepts and stalls?)"
+        else:
+            if result.returncode == 0:
+                return time.monotonic() - start
+            last = result.stderr.strip() or f"exit {result.returncode}"
         time.sleep(1)
     raise SSHError(f"worker {host} never accepted an SSH login within {timeout:.0f} s ({last})")

@@ -137,7 +137,8 @@ def run_job(root: Path | None) -> tuple[int, str | None, Path]:
         where = f" Checkpoints: {root / C.CHECKPOINT_DIR}." if cfg else ""
         return (
             143,
-            f"Stopped by SIGTERM (docker stop, spot interruption or StopTrainingJob).{where}",
+            f"Stopped by SIGTERM (docker stop, spot interruption or StopTrainingJob) or SIGINT."
+            f"{where}",
             root,
         )
     except Exception:  # noqa: BLE001 - our own crash is reported as such, with its traceback
@@ -146,6 +147,7 @@ def run_job(root: Path | None) -> tuple[int, str | None, Path]:
 
 def main(root: Path | None = None) -> int:
     signal.signal(signal.SIGTERM, SHUTDOWN.on_sigterm)
+    signal.signal(signal.SIGINT, SHUTDOWN.on_sigterm)
     exit_code, failure, root = run_job(root)
     if failure is None:
         report.write_success(root)

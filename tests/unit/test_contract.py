@@ -236,7 +236,7 @@ def test_watcher_names_the_rank_that_raised():
         "[1,1]<stderr>:RuntimeError: Horovod has been shut down",
     ]:
         w.feed(line)
-    assert (w.first_failure.rank, w.first_failure.exception) == (3, "ValueError: boom")
+    assert (w.failures[0].rank, w.failures[0].exception) == (3, "ValueError: boom")
     glued = report.OutputWatcher()
     for line in [
         "[1,2]<stderr>:Traceback (most recent call last):",
@@ -244,7 +244,7 @@ def test_watcher_names_the_rank_that_raised():
         "[1,2]<stderr>:RuntimeError[1,2]<stderr>:: [1,2]<stderr>:deliberate[1,2]<stderr>:",
     ]:
         glued.feed(line)
-    assert glued.first_failure.exception == "RuntimeError: deliberate"
+    assert glued.failures[0].exception == "RuntimeError: deliberate"
     assert "exit code 137" in report.describe_exit(137) and "memory" in report.describe_exit(137)
 
 

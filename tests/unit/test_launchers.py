@@ -278,10 +278,10 @@ def test_a_worker_that_failed_ends_the_leaders_torchrun_after_a_grace(monkeypatc
         t0 = time.monotonic()
         guard = threading.Thread(target=torchrun._watch_workers(state), args=(proc,))
         guard.start()
-        state.report({"host": "algo-2", "exit_code": 0})  # a success ends nothing
+        state.report({"host": "algo-2", "exit_code": 0}, None)  # a success ends nothing
         time.sleep(1.0)  # the deliberate delay under test: the guard must not act on it
         assert proc.poll() is None
-        state.report({"host": "algo-2", "exit_code": 1})
+        state.report({"host": "algo-2", "exit_code": 1}, None)
         guard.join(30)
         assert proc.poll() is not None and time.monotonic() - t0 < 20
         assert "algo-2 failed; this host's ranks still run" in capsys.readouterr().out

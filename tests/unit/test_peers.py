@@ -57,8 +57,14 @@ def test_join_is_refused_for_strangers_and_impostors(leader):
     # A name that does not resolve yet is "try again" (HTTP 503), never a final refusal.
     with pytest.raises(ConnectionError, match="503"):
         coordinator.request("127.0.0.1", port, "/join", member("algo-3"))
-    with pytest.raises(coordinator.Refused, match="user_key must be a string"):
-        coordinator.request("127.0.0.1", port, "/join", {"host": "algo-1", "user_key": 5})
+    for bad in (
+        {"user_key": 5},
+        {"user_key": f"{ED}\nssh-rsa AAAA evil"},  # a second authorized_keys line, no from=
+        {"user_key": f'command="sh" {ED}'},  # options smuggled in
+        {"host_keys": [f"{ED}\n@cert-authority * {ED}"]},  # any host key trusted
+    ):
+        with pytest.raises(coordinator.Refused, match="must be OpenSSH public keys, one line"):
+            coordinator.request("127.0.0.1", port, "/join", {"host": "algo-1", **bad})
     assert state.members == {}
 
 
@@ -301,6 +307,40 @@ def test_bash_as_pid_1_hands_its_command_to_byoc_init(tmp_path):
     assert result.stdout == "recorded\n", result.stderr
     recorded = (tmp_path / "rec").read_text().splitlines()
     assert recorded == ["/bin/bash", "-c", 'echo "direct $$"', "arg0", "a b"]
+
+
+@needs_unshare
+def test_bash_options_survive_the_hand_over(tmp_path):
+    """`bash -euo pipefail -c CMD` (a Kubernetes command:) keeps its options under byoc-init."""
+    recorder = tmp_path / "byoc-init"
+    recorder.write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$RECORD"\n')
+    recorder.chmod(0o755)
+    hook = tmp_path / "bash-env.sh"
+    hook.write_text(
+        (ROOT / "docker" / "bash-env.sh")
+        .read_text()
+        .replace("/opt/venv/bin/byoc-init", str(recorder))
+    )
+    env = {"PATH": os.environ["PATH"], "BASH_ENV": str(hook), "RECORD": str(tmp_path / "rec")}
+    subprocess.run(
+        [
+            "unshare",
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            "/bin/bash",
+            "-eu",
+            "-o",
+            "pipefail",
+            "-c",
+            "x",
+        ],
+        env=env,
+        timeout=30,
+        check=False,
+    )
+    recorded = (tmp_path / "rec").read_text().splitlines()
+    assert recorded[:8] == ["/bin/bash", "-o", "errexit", "-o", "nounset", "-o", "pipefail", "-c"]
 
 
 @needs_unshare

@@ -27,8 +27,11 @@ class Shutdown:
         self.requested = threading.Event()
 
     def on_sigterm(self, signum, frame) -> None:
+        """The handler of SIGTERM (and SIGINT, which PID 1 forwards from a terminal): the first
+        one stops the job; later ones only repeat the request while it stops."""
+        first = not self.requested.is_set()
         self.requested.set()
-        if not self.result_known:
+        if first and not self.result_known:
             raise Terminated()
 
 

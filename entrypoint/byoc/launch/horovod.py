@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import urllib.parse
 
-from byoc import coordinator, peers, procs, ssh
+from byoc import coordinator, peers, plan, procs, ssh
 from byoc.deadline import Deadline
 from byoc.errors import JobError
 from byoc.launch import Job
@@ -67,7 +67,7 @@ def _leader(job: Job) -> int:
                 raise JobError(f"{exc} (set BYOC_PEER_TIMEOUT to wait longer)") from exc
             print(f"byoc: {host} accepts SSH ({took:.1f} s)", flush=True)
         state.set("running")
-        print(f"byoc: launching {' '.join(job.plan.command)}", flush=True)
+        print(f"byoc: launching {plan.describe(job.plan.command)}", flush=True)
         exit_code = procs.run_watched(job.plan.command, job.env, job.cwd, job.watcher)
         job.shutdown.result_known = True
         return exit_code

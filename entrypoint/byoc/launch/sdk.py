@@ -108,8 +108,8 @@ def _follower(cfg, the_settings, root: Path) -> Session:
             )
             code = int(status.get("exit_code") or 0)
             why = f"the leader {cfg.leader} finished ({report.describe_exit(code)})"
-        except (coordinator.LeaderLost, coordinator.Refused, ValueError) as exc:
-            code, why = 1, str(exc)
+        except Exception as exc:  # noqa: BLE001 - lost, refused, a broken answer: all "gone"
+            code, why = 1, f"the leader {cfg.leader} is gone ({exc})"
         deadline = Deadline(SDK_WORKER_GRACE, "the grace of a worker's driver")
         while not deadline.expired():
             try:
@@ -171,6 +171,9 @@ def prepare(argv: list[str], env: dict[str, str]) -> Session | tuple[int, str] |
     except Terminated:
         return _fail(root, 143, "Stopped by SIGTERM while the job's hosts set up SSH.")
     finally:
+        # Blocked first: a SIGTERM from now on waits for the supervisor's sigwait instead of
+        # meeting PID 1's default (ignore) in between.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
         signal.signal(signal.SIGTERM, previous)
     print(
         f"byoc-init: SSH trust for {driver or 'this command'} across {len(cfg.hosts)} host(s): "

@@ -20,7 +20,7 @@ import subprocess
 import urllib.parse
 
 from byoc import constants as C
-from byoc import coordinator, peers, procs, report
+from byoc import coordinator, peers, plan, procs, report
 from byoc.errors import JobError
 from byoc.launch import Job
 
@@ -67,7 +67,7 @@ def _leader(job: Job) -> tuple[int, list[report.RankFailure]]:
         peers.lead(state, cfg, peers.own_keys(cfg.current_host, None), settings)
         state.set("running")
         started = True
-        print(f"byoc: launching {' '.join(job.plan.command)}", flush=True)
+        print(f"byoc: launching {plan.describe(job.plan.command)}", flush=True)
         guard = _watch_workers(state)
         code = procs.run_watched(job.plan.command, job.env, job.cwd, job.watcher, guard)
         job.shutdown.result_known = True
@@ -75,10 +75,15 @@ def _leader(job: Job) -> tuple[int, list[report.RankFailure]]:
         late = state.wait_for(
             state.missing_reports(workers), C.REPORT_TIMEOUT, job.shutdown.requested
         )
-        if late:
-            print(
-                f"byoc: no result from {sorted(late)} within {C.REPORT_TIMEOUT:.0f} s", flush=True
+        if late and code == 0:
+            # torchrun's agents can end well with a host gone (it only logs its exit barrier):
+            # a host that says nothing has not succeeded.
+            raise JobError(
+                f"Training failed: no result from {', '.join(sorted(late))} within "
+                f"{C.REPORT_TIMEOUT:.0f} s of this host's end (its container stopped?)"
             )
+        if late:
+            print(f"byoc: no result from {sorted(late)}", flush=True)
         failures = _mine(job)
         with state.lock:
             reports = dict(state.reports)
@@ -134,9 +139,9 @@ def _watch_leader(job: Job, query: str):
                 appear=settings.leader_timeout,
                 lost_after=settings.leader_lost_after,
             )
-        except (coordinator.LeaderLost, coordinator.Refused) as exc:
+        except Exception as exc:  # noqa: BLE001 - lost, refused, a broken answer: all "gone"
             if proc.poll() is None:
-                _end_after_grace(proc, str(exc))
+                _end_after_grace(proc, f"the leader {cfg.leader} is gone ({exc})")
             return
         if proc.poll() is None:
             code = int(status.get("exit_code") or 1)
@@ -175,7 +180,15 @@ def _worker(job: Job) -> tuple[int, list[report.RankFailure]]:
     cause = report.root_cause(failures)
     result = {"host": me, "exit_code": code, "failure": cause.to_dict() if cause else None}
     try:
-        coordinator.request(leader, port, "/report", result)
-    except (OSError, ValueError) as exc:
+        coordinator.poll(
+            leader,
+            port,
+            "/report",
+            lambda _: True,
+            body=result,
+            appear=settings.leader_lost_after,
+            lost_after=settings.leader_lost_after,
+        )
+    except (coordinator.LeaderLost, coordinator.Refused) as exc:
         print(f"byoc: could not report this host's result to {leader}: {exc}", flush=True)
     return code, failures
