@@ -260,9 +260,9 @@ def test_sdk_set_up_with_a_bad_setting_fails_the_job_saying_why(tmp_path):
 
 
 # --- docker/bash-env.sh ---------------------------------------------------------------------------
-def pid1_bash(tmp_path: Path, script: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    """Run `bash -c script` as PID 1 of a new PID namespace, BASH_ENV = the image's hook with
-    byoc-init replaced by a recorder."""
+def pid1_bash(tmp_path: Path, script: str, env: dict[str, str], options=()):
+    """Run `bash [options] -c script` as PID 1 of a new PID namespace, BASH_ENV = the image's
+    hook with byoc-init replaced by a recorder of its arguments."""
     recorder = tmp_path / "byoc-init"
     recorder.write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$RECORD"\necho recorded\n')
     recorder.chmod(0o755)
@@ -279,7 +279,8 @@ def pid1_bash(tmp_path: Path, script: str, env: dict[str, str]) -> subprocess.Co
         **env,
     }
     return subprocess.run(
-        ["unshare", "--pid", "--fork", "--mount-proc", "/bin/bash", "-c", script, "arg0", "a b"],
+        ["unshare", "--pid", "--fork", "--mount-proc", "/bin/bash", *options, "-c", script]
+        + ["arg0", "a b"],
         env=full,
         capture_output=True,
         text=True,
@@ -312,33 +313,7 @@ def test_bash_as_pid_1_hands_its_command_to_byoc_init(tmp_path):
 @needs_unshare
 def test_bash_options_survive_the_hand_over(tmp_path):
     """`bash -euo pipefail -c CMD` (a Kubernetes command:) keeps its options under byoc-init."""
-    recorder = tmp_path / "byoc-init"
-    recorder.write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$RECORD"\n')
-    recorder.chmod(0o755)
-    hook = tmp_path / "bash-env.sh"
-    hook.write_text(
-        (ROOT / "docker" / "bash-env.sh")
-        .read_text()
-        .replace("/opt/venv/bin/byoc-init", str(recorder))
-    )
-    env = {"PATH": os.environ["PATH"], "BASH_ENV": str(hook), "RECORD": str(tmp_path / "rec")}
-    subprocess.run(
-        [
-            "unshare",
-            "--pid",
-            "--fork",
-            "--mount-proc",
-            "/bin/bash",
-            "-eu",
-            "-o",
-            "pipefail",
-            "-c",
-            "x",
-        ],
-        env=env,
-        timeout=30,
-        check=False,
-    )
+    pid1_bash(tmp_path, "x", {}, options=["-eu", "-o", "pipefail"])
     recorded = (tmp_path / "rec").read_text().splitlines()
     assert recorded[:8] == ["/bin/bash", "-o", "errexit", "-o", "nounset", "-o", "pipefail", "-c"]
 
