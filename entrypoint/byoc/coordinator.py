@@ -17,6 +17,7 @@ network; locally, the job's network.
 
 from __future__ import annotations
 
+import http.client
 import json
 import re
 import signal
@@ -228,20 +229,27 @@ def serve(state: JobState, port: int) -> ThreadingHTTPServer:
 
 
 def request(host: str, port: int, path: str, body: dict | None = None, timeout=3.0) -> dict:
-    """One GET (or POST of body) to the leader; its JSON answer. HTTP errors raise ValueError."""
+    """One GET (or POST of body) to the leader; its JSON object. A refusal (HTTP 4xx) raises
+    Refused; anything else that is no answer (5xx, a connection cut mid-answer, not a JSON
+    object) raises ConnectionError, which poll() retries like silence."""
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(  # noqa: S310 - http to the job's own leader
         f"http://{host}:{port}{path}", data=data, headers={"Content-Type": "application/json"}
     )
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310
-            return json.loads(r.read())
+            answer = json.loads(r.read())
     except urllib.error.HTTPError as exc:
         detail = exc.read().decode(errors="replace")[:300]
         message = f"the leader answered {path} with HTTP {exc.code} {detail}"
         if exc.code >= 500:
-            raise ConnectionError(message) from exc  # retried, like no answer
+            raise ConnectionError(message) from exc
         raise Refused(message) from exc
+    except (http.client.HTTPException, ValueError) as exc:
+        raise ConnectionError(f"a broken answer to {path} ({exc!r})") from exc
+    if not isinstance(answer, dict):
+        raise ConnectionError(f"the answer to {path} is no JSON object")
+    return answer
 
 
 def poll(
@@ -264,7 +272,7 @@ def poll(
             answered, silence = True, Deadline(lost_after, "the leader's silence")
             if done(answer):
                 return answer
-        except (OSError, json.JSONDecodeError) as exc:
+        except OSError as exc:
             if silence.expired():
                 why = (
                     f"unreachable for {lost_after:.0f} s"

@@ -118,3 +118,18 @@ def follow(cfg: JobConfig, keys: dict, settings: Settings) -> list[ssh.Member]:
         if m.host == cfg.leader:
             m.addresses[:] = sorted(set(m.addresses) | coordinator.host_addresses(cfg.leader))
     return members
+
+
+def leader_status(cfg: JobConfig, settings: Settings, until) -> dict:
+    """Ask the leader for the job's state, as this host, until until(answer): bounded by
+    BYOC_LEADER_TIMEOUT until it first answers and BYOC_LEADER_LOST_AFTER of silence after;
+    coordinator.LeaderLost or Refused otherwise."""
+    query = urllib.parse.urlencode({"host": cfg.current_host})
+    return coordinator.poll(
+        cfg.leader,
+        settings.coordinator_port,
+        f"/status?{query}",
+        until,
+        appear=settings.leader_timeout,
+        lost_after=settings.leader_lost_after,
+    )

@@ -284,3 +284,28 @@ def test_failure_and_success_files(tmp_path):
     assert (tmp_path / C.FAILURE_FILE).read_text().startswith("Training failed: rank 3")
     report.write_success(tmp_path)
     assert (tmp_path / C.SUCCESS_FILE).exists() and not (tmp_path / C.FAILURE_FILE).exists()
+
+
+def test_the_contracts_limits_and_the_host_tools_copies_are_sagemakers_own():
+    """config.py (the image) and scripts/byoc_aws (host tools, no import of byoc) each hold the
+    platform's limits and the SM_* spelling; both are held here against botocore's model and
+    each other, so neither can drift."""
+    import botocore.session
+    import local_train
+    from byoc_aws import launch, limits
+
+    model = botocore.session.get_session().get_service_model("sagemaker")
+
+    def meta(shape):
+        return model.shape_for(shape).metadata
+
+    assert meta("ChannelName")["max"] == config.MAX_CHANNEL_NAME
+    assert config.CHANNEL_NAME.pattern == meta("ChannelName")["pattern"].replace(r"\.", ".")
+    assert meta("InputDataConfig")["max"] == config.MAX_CHANNELS
+    assert meta("HyperParameters")["max"] == config.MAX_HYPERPARAMETERS
+    assert meta("HyperParameterKey")["max"] == config.MAX_HP_KEY
+    assert meta("HyperParameterValue")["max"] == config.MAX_HP_VALUE
+    for name in ("a-b", "x.y z", "Train_1", "ü"):
+        assert limits.env_key(name) == config.env_key(name)
+    assert local_train.CPU_SLOTS_ENV == C.CPU_SLOTS_ENV
+    assert launch.SSH_KEY_ENV == C.SSH_KEY_ENV

@@ -341,3 +341,27 @@ def test_member_lists_from_the_leader_are_checked():
     with pytest.raises(JobError, match="malformed list"):
         peers._members({"algo-1": {"addresses": ["x"]}})
     assert json.loads(json.dumps(peers.own_keys("algo-1", None)))["user_key"] == ""
+
+
+@pytest.mark.parametrize("body", [b"[1]", b"{not json", b"partial"])
+def test_an_answer_that_is_no_json_object_counts_as_no_answer(body):
+    """Retried like silence (ConnectionError), never a traceback in a worker's wait."""
+    import http.server
+
+    class Broken(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - the http.server API
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body) + (50 if body == b"partial" else 0)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Broken)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(ConnectionError):
+            coordinator.request("127.0.0.1", server.server_port, "/status", timeout=5)
+    finally:
+        server.shutdown()

@@ -58,11 +58,6 @@ def timeout(name: str, value: object) -> float:
     return seconds
 
 
-def _env(env: Mapping[str, str] | None, name: str) -> str | None:
-    raw = (os.environ if env is None else env).get(name)
-    return raw if raw is not None and raw.strip() else None
-
-
 def stall_timeout(value: float | None = None, env: Mapping[str, str] | None = None) -> float:
     """The stall timeout: value (stall_timeout=), else $BYOC_PIPE_STALL_TIMEOUT, else 600 s."""
     if value is not None:

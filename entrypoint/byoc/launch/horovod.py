@@ -10,8 +10,6 @@ Workers accept the leader's key only (logins go one way), from the job's address
 
 from __future__ import annotations
 
-import urllib.parse
-
 from byoc import coordinator, peers, plan, procs, ssh
 from byoc.deadline import Deadline
 from byoc.errors import JobError
@@ -92,16 +90,8 @@ def _worker(job: Job) -> int:
             raise JobError(f"Worker {me}: sshd exited ({sshd.returncode})")
         return status.get("state") == "done"
 
-    query = urllib.parse.urlencode({"host": me})
     try:
-        status = coordinator.poll(
-            leader,
-            settings.coordinator_port,
-            f"/status?{query}",
-            over,
-            appear=settings.leader_timeout,
-            lost_after=settings.leader_lost_after,
-        )
+        status = peers.leader_status(cfg, settings, over)
     except (coordinator.LeaderLost, coordinator.Refused) as exc:
         raise JobError(f"Worker {me}: {exc}; the job cannot finish") from exc
     code = int(status["exit_code"] if status.get("exit_code") is not None else 1)

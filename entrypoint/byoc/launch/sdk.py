@@ -28,7 +28,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,21 +93,13 @@ def _lead(cfg, keys, the_settings) -> tuple[list[ssh.Member], Session]:
 
 
 def _follower(cfg, the_settings, root: Path) -> Session:
-    query = urllib.parse.urlencode({"host": cfg.current_host})
 
     def watch(pid: int, stop: Callable[[int], None]) -> None:
         try:
-            status = coordinator.poll(
-                cfg.leader,
-                the_settings.coordinator_port,
-                f"/status?{query}",
-                lambda s: s.get("state") == "done",
-                appear=the_settings.leader_timeout,
-                lost_after=the_settings.leader_lost_after,
-            )
+            status = peers.leader_status(cfg, the_settings, lambda s: s.get("state") == "done")
             code = int(status.get("exit_code") or 0)
             why = f"the leader {cfg.leader} finished ({report.describe_exit(code)})"
-        except Exception as exc:  # noqa: BLE001 - lost, refused, a broken answer: all "gone"
+        except (coordinator.LeaderLost, coordinator.Refused) as exc:
             code, why = 1, f"the leader {cfg.leader} is gone ({exc})"
         deadline = Deadline(SDK_WORKER_GRACE, "the grace of a worker's driver")
         while not deadline.expired():

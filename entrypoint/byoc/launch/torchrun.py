@@ -17,7 +17,6 @@ ended, so the job fails within seconds, with the first failure as its cause.
 from __future__ import annotations
 
 import subprocess
-import urllib.parse
 
 from byoc import constants as C
 from byoc import coordinator, peers, plan, procs, report
@@ -123,29 +122,25 @@ def _watch_workers(state: coordinator.JobState):
     return guard
 
 
-def _watch_leader(job: Job, query: str):
+def _watch_leader(job: Job):
     """A worker's guard: end this host's torchrun once the leader has failed or is gone."""
-    cfg, settings = job.cfg, job.settings
+    leader = job.cfg.leader
 
     def guard(proc) -> None:
-        try:
-            status = coordinator.poll(
-                cfg.leader,
-                settings.coordinator_port,
-                f"/status?{query}",
-                lambda s: (
-                    proc.poll() is not None or (s.get("state") == "done" and s.get("exit_code"))
-                ),
-                appear=settings.leader_timeout,
-                lost_after=settings.leader_lost_after,
+        def over(status: dict) -> bool:
+            return proc.poll() is not None or bool(
+                status.get("state") == "done" and status.get("exit_code")
             )
-        except Exception as exc:  # noqa: BLE001 - lost, refused, a broken answer: all "gone"
+
+        try:
+            status = peers.leader_status(job.cfg, job.settings, over)
+        except (coordinator.LeaderLost, coordinator.Refused) as exc:
             if proc.poll() is None:
-                _end_after_grace(proc, f"the leader {cfg.leader} is gone ({exc})")
+                _end_after_grace(proc, f"the leader {leader} is gone ({exc})")
             return
         if proc.poll() is None:
             code = int(status.get("exit_code") or 1)
-            _end_after_grace(proc, f"the leader {cfg.leader} failed ({report.describe_exit(code)})")
+            _end_after_grace(proc, f"the leader {leader} failed ({report.describe_exit(code)})")
 
     return guard
 
@@ -154,16 +149,8 @@ def _worker(job: Job) -> tuple[int, list[report.RankFailure]]:
     cfg, settings = job.cfg, job.settings
     me, leader, port = cfg.current_host, cfg.leader, settings.coordinator_port
     peers.follow(cfg, peers.own_keys(me, None), settings)
-    query = urllib.parse.urlencode({"host": me})
     try:
-        status = coordinator.poll(
-            leader,
-            port,
-            f"/status?{query}",
-            lambda s: s.get("state") in ("running", "done"),
-            appear=settings.leader_timeout,
-            lost_after=settings.leader_lost_after,
-        )
+        status = peers.leader_status(cfg, settings, lambda s: s.get("state") in ("running", "done"))
     except (coordinator.LeaderLost, coordinator.Refused) as exc:
         raise JobError(f"Worker {me}: {exc}; the job cannot start") from exc
     if status.get("state") == "done":
@@ -173,7 +160,7 @@ def _worker(job: Job) -> tuple[int, list[report.RankFailure]]:
             f"({report.describe_exit(code)}); its failure file names the cause",
             code,
         )
-    guard = _watch_leader(job, query)
+    guard = _watch_leader(job)
     code = procs.run_watched(job.plan.command, job.env, job.cwd, job.watcher, guard)
     job.shutdown.result_known = True
     failures = _mine(job)
