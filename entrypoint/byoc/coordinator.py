@@ -263,17 +263,20 @@ def poll(
     body: dict | None = None,
 ) -> dict:
     """Ask the leader until done(answer): bounded by `appear` seconds until it first answers,
-    then by `lost_after` seconds of silence. A refusal (Refused) is final."""
+    then by `lost_after` seconds of silence, and at least two failed tries in a row (a leader
+    busy enough to let one request time out is slow, not gone). A refusal (Refused) is final."""
     silence = Deadline(appear, "the wait for the leader")
-    answered = False
+    answered, failed = False, 0
     while True:
         try:
             answer = request(leader, port, path, body)
-            answered, silence = True, Deadline(lost_after, "the leader's silence")
+            answered, failed = True, 0
+            silence = Deadline(lost_after, "the leader's silence")
             if done(answer):
                 return answer
         except OSError as exc:
-            if silence.expired():
+            failed += 1
+            if silence.expired() and failed >= 2:
                 why = (
                     f"unreachable for {lost_after:.0f} s"
                     if answered

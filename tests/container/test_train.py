@@ -159,7 +159,7 @@ def test_worker_waits_for_a_leader_that_starts_late(job, tmp_path, given_key):
     """The leader may spend minutes downloading code or installing requirements: a worker waits
     for it up to BYOC_LEADER_TIMEOUT, far longer than BYOC_LEADER_LOST_AFTER, with a key handed
     in (make launch --ssh-key-in-environment) as without."""
-    env = {"BYOC_LEADER_LOST_AFTER": "3"}
+    env = {"BYOC_LEADER_LOST_AFTER": "5"}
     if given_key:
         key = tmp_path / "job_key"
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
@@ -167,7 +167,7 @@ def test_worker_waits_for_a_leader_that_starts_late(job, tmp_path, given_key):
     hps = {"samples": "256", "epochs": "1"}
     worker, _ = job.start("algo-2", hps=hps, env=env)
     wait_until(lambda: "waiting for the leader algo-1" in logs(worker), 60, what="worker up")
-    time.sleep(8)  # the point of the test: the leader comes well after LEADER_LOST_AFTER (3 s)
+    time.sleep(12)  # the point of the test: the leader comes well after LEADER_LOST_AFTER (5 s)
     leader, ml1 = job.start("algo-1", hps=hps, env=env)
     results = job.wait_all(timeout=240)
     assert results["algo-1"][0] == 0 and results["algo-2"][0] == 0, logs(leader) + logs(worker)
