@@ -38,6 +38,16 @@ ARG NCCL_TESTS_VERSION=2.19.6
 ARG NCCL_TESTS_URL=https://github.com/NVIDIA/nccl-tests/archive/refs/tags/v${NCCL_TESTS_VERSION}.tar.gz
 ARG NCCL_TESTS_SHA256=adbd3d27ba6c00bd7b7cf98cc8811c6ad860427ecd5de59527466b21472c0d93
 ARG NCCL_TESTS=auto
+# EFA for NCCL (gpu flavor): libfabric with the efa provider and AWS's NCCL net plugin, each from
+# its tag's source archive, verified by sha256 (docker/build/build-efa.sh). EFA: auto (build when
+# the sources can be had), on (fail without them), off. 1.21.1 is tested by AWS with libfabric 2.6.0.
+ARG LIBFABRIC_VERSION=2.6.0
+ARG LIBFABRIC_URL=https://github.com/ofiwg/libfabric/archive/refs/tags/v${LIBFABRIC_VERSION}.tar.gz
+ARG LIBFABRIC_SHA256=16b3652f5f3ac59264443c768e79be5170efed82579d59db31be9a30649a0e5a
+ARG AWS_OFI_NCCL_VERSION=1.21.1
+ARG AWS_OFI_NCCL_URL=https://github.com/aws/aws-ofi-nccl/archive/refs/tags/v${AWS_OFI_NCCL_VERSION}.tar.gz
+ARG AWS_OFI_NCCL_SHA256=64ed17ba1c948bc54dbc917bcaa2e5b619d28f019e3042546aab8b381b5d804d
+ARG EFA=auto
 # Labels: scripts/build.sh passes the real ones.
 ARG VERSION=dev
 ARG VCS_REF=unknown
@@ -139,10 +149,51 @@ ARG NCCL_TESTS_URL
 ARG NCCL_TESTS_SHA256
 ARG NCCL_TESTS
 ARG CUDA_ARCHS
-COPY docker/build/build-nccl-tests.sh docker/build/fetch_verified.py /usr/local/lib/byoc-build/
+COPY docker/build/build-nccl-tests.sh docker/build/source-lib.sh docker/build/fetch_verified.py \
+     /usr/local/lib/byoc-build/
 RUN --mount=type=secret,id=ca \
     --mount=type=bind,source=.sources,target=/sources \
     /usr/local/lib/byoc-build/build-nccl-tests.sh /opt/nccl-tests
+
+# EFA: libfabric (efa + shm providers) and the aws-ofi-nccl plugin, each in a stage of its own,
+# off the builder's OS (they need neither torch nor Horovod, so BuildKit runs them alongside).
+FROM ${BUILDER_IMAGE} AS efa-builder
+SHELL ["/bin/bash", "-o", "pipefail", "-euc"]
+ENV DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8 LC_ALL=C.UTF-8
+RUN rm -f /etc/apt/sources.list.d/cuda*.list \
+ && apt-get update \
+ && apt-get install -y --no-install-recommends \
+        autoconf \
+        automake \
+        build-essential \
+        ca-certificates \
+        libhwloc-dev \
+        libibverbs-dev \
+        libtool \
+        pkg-config \
+        python3 \
+ && rm -rf /var/lib/apt/lists/*
+COPY docker/build/build-efa.sh docker/build/source-lib.sh docker/build/fetch_verified.py \
+     /usr/local/lib/byoc-build/
+
+FROM efa-builder AS libfabric
+ARG LIBFABRIC_VERSION
+ARG LIBFABRIC_URL
+ARG LIBFABRIC_SHA256
+ARG EFA
+RUN --mount=type=secret,id=ca \
+    --mount=type=bind,source=.sources,target=/sources \
+    /usr/local/lib/byoc-build/build-efa.sh libfabric /opt/amazon/efa
+
+FROM efa-builder AS aws-ofi-nccl
+ARG AWS_OFI_NCCL_VERSION
+ARG AWS_OFI_NCCL_URL
+ARG AWS_OFI_NCCL_SHA256
+ARG EFA
+COPY --from=libfabric /opt/amazon/efa/ /opt/amazon/efa/
+RUN --mount=type=secret,id=ca \
+    --mount=type=bind,source=.sources,target=/sources \
+    /usr/local/lib/byoc-build/build-efa.sh aws-ofi-nccl /opt/amazon/ofi-nccl
 
 # Our own package, in a stage of its own so an edit rebuilds seconds, not Horovod.
 FROM builder AS entrypoint-wheel
@@ -195,6 +246,19 @@ RUN --mount=type=bind,source=docker/build/nccl-home.sh,target=/tmp/nccl-home.sh 
     fi
 COPY --from=nccl-tests /opt/nccl-tests/ /opt/nccl-tests/
 ENV PATH=${PATH}:/opt/nccl-tests/bin
+# EFA: rdma-core's user-space verbs and efa provider (the kernel driver is the host's), hwloc for
+# the plugin, and the linker cache for both. Nothing loads the plugin until byoc-init finds EFA
+# devices and sets NCCL_NET_PLUGIN=ofi (entrypoint/byoc/fabric.py).
+COPY --from=libfabric /opt/amazon/efa/ /opt/amazon/efa/
+COPY --from=aws-ofi-nccl /opt/amazon/ofi-nccl/ /opt/amazon/ofi-nccl/
+RUN if [ ! -e /opt/amazon/efa/NOT-BUILT ]; then \
+        apt-get update \
+     && apt-get install -y --no-install-recommends ibverbs-providers libhwloc15 libibverbs1 \
+     && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb \
+     && printf '%s\n' /opt/amazon/efa/lib /opt/amazon/ofi-nccl/lib > /etc/ld.so.conf.d/100-byoc-efa.conf \
+     && ldconfig; \
+    fi
+ENV PATH=${PATH}:/opt/amazon/efa/bin
 COPY docker/openmpi-mca-params.conf /etc/openmpi/openmpi-mca-params.conf
 COPY docker/examples/ /opt/byoc/examples/
 # Read by every non-interactive bash: puts byoc-init back when a platform replaces the

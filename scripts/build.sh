@@ -66,7 +66,7 @@ if [ -n "$ca" ]; then
 fi
 
 # .wheelhouse/ and .sources/ in the build context: what WHEELHOUSE (hard links where possible)
-# and NCCL_TESTS_TARBALL give, or nothing, so nothing stale steers a build silently.
+# and the *_TARBALL variables give, or nothing, so nothing stale steers a build silently.
 find .wheelhouse .sources -mindepth 1 ! -name README.md -delete
 if [ -n "${WHEELHOUSE:-}" ]; then
     [ -d "$WHEELHOUSE" ] || fail "WHEELHOUSE=$WHEELHOUSE is not a directory"
@@ -74,21 +74,26 @@ if [ -n "${WHEELHOUSE:-}" ]; then
     say "wheelhouse: $WHEELHOUSE ($(find .wheelhouse -name '*.whl' | wc -l) wheels), PyPI after it"
 fi
 
-# nccl-tests source for offline builds. The build verifies it by sha256; the same check runs here
-# so a wrong file fails now, not after the Horovod compile (unless BUILD_ARGS pins another sum).
-if [ -n "${NCCL_TESTS_TARBALL:-}" ]; then
-    if [[ "${BUILD_ARGS:-}" == *NCCL_TESTS_SHA256=* ]]; then
-        [ -f "$NCCL_TESTS_TARBALL" ] || fail "NCCL_TESTS_TARBALL=$NCCL_TESTS_TARBALL is not a file"
-        cp "$NCCL_TESTS_TARBALL" .sources/nccl-tests.tar.gz
+# Source tarballs for offline builds (NCCL_TESTS_TARBALL, LIBFABRIC_TARBALL, AWS_OFI_NCCL_TARBALL).
+# The build verifies each by sha256; the same check runs here so a wrong file fails now, not after
+# the Horovod compile (unless BUILD_ARGS pins another sum).
+for pkg in nccl-tests libfabric aws-ofi-nccl; do
+    var=$(echo "$pkg" | tr 'a-z-' 'A-Z_')
+    given_var=${var}_TARBALL
+    given=${!given_var:-}
+    [ -n "$given" ] || continue
+    [ -f "$given" ] || fail "$given_var=$given is not a file"
+    if [[ "${BUILD_ARGS:-}" == *${var}_SHA256=* ]]; then
+        cp "$given" ".sources/$pkg.tar.gz"
     else
-        python3 docker/build/fetch_verified.py --local "$NCCL_TESTS_TARBALL" \
-            "$(dockerfile_arg NCCL_TESTS_URL)" "$(dockerfile_arg NCCL_TESTS_SHA256)" \
-            .sources/nccl-tests.tar.gz \
-            || fail "NCCL_TESTS_TARBALL=$NCCL_TESTS_TARBALL is not nccl-tests $(dockerfile_arg NCCL_TESTS_VERSION) (above); for another release pass BUILD_ARGS='--build-arg NCCL_TESTS_VERSION=... --build-arg NCCL_TESTS_SHA256=...'"
+        python3 docker/build/fetch_verified.py --local "$given" \
+            "$(dockerfile_arg "${var}_URL")" "$(dockerfile_arg "${var}_SHA256")" ".sources/$pkg.tar.gz" \
+            || fail "$given_var=$given is not $pkg $(dockerfile_arg "${var}_VERSION") (above); for another release pass BUILD_ARGS='--build-arg ${var}_VERSION=... --build-arg ${var}_SHA256=...'"
     fi
-    say "nccl-tests from $NCCL_TESTS_TARBALL"
-fi
+    say "$pkg from $given"
+done
 [ -n "${NCCL_TESTS:-}" ] && args+=(--build-arg "NCCL_TESTS=$NCCL_TESTS")
+[ -n "${EFA:-}" ] && args+=(--build-arg "EFA=$EFA")
 
 version=${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo dev)}
 revision=${VCS_REF:-$(git rev-parse --verify -q HEAD || echo unknown)}

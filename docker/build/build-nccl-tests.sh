@@ -8,37 +8,18 @@
 # Input: NCCL_TESTS_VERSION, NCCL_TESTS_URL, NCCL_TESTS_SHA256, CUDA_ARCHS.
 set -euo pipefail
 out=${1:?usage: build-nccl-tests.sh OUT_DIR}
-here=$(cd "$(dirname "$0")" && pwd)
+name=nccl-tests
 mode=${NCCL_TESTS:-auto}
-say() { echo "build-nccl-tests: $*" >&2; }
+# shellcheck source=docker/build/source-lib.sh
+. "$(dirname "$0")/source-lib.sh"
 mkdir -p "$out/bin"
-skip() {
-    if [ "$mode" = on ]; then say "error: $*"; exit 1; fi
-    say "skipped: $*"
-    echo "nccl-tests not built: $*" >"$out/NOT-BUILT"
-    exit 0
-}
 [ "$mode" = off ] && skip "NCCL_TESTS=off"
 [ -x /usr/local/cuda/bin/nvcc ] || skip "no CUDA toolkit in the builder (cpu flavor)"
 
 work=$(mktemp -d)
 mkdir "$work/src"
-tarball=/sources/nccl-tests.tar.gz
-local_copy=()
-if [ -f "$tarball" ]; then
-    say "source: $tarball (from the build context)"
-    local_copy=(--local "$tarball")
-else
-    say "source: $NCCL_TESTS_URL"
-fi
-rc=0
-python3 "$here/fetch_verified.py" "${local_copy[@]}" "$NCCL_TESTS_URL" "$NCCL_TESTS_SHA256" \
-    "$work/src.tar.gz" || rc=$?
-case $rc in
-    0) ;;
-    75) skip "could not download $NCCL_TESTS_URL (offline? give the tarball: NCCL_TESTS_TARBALL=... make build)" ;;
-    *) say "error: no verified nccl-tests source (see above)"; exit 1 ;;
-esac
+verified_source "$NCCL_TESTS_URL" "$NCCL_TESTS_SHA256" /sources/nccl-tests.tar.gz "$work/src.tar.gz" \
+    NCCL_TESTS_TARBALL
 tar -xzf "$work/src.tar.gz" -C "$work/src" --strip-components=1
 gencode=""
 IFS=, read -ra archs <<<"$CUDA_ARCHS"

@@ -133,4 +133,16 @@ PEERS_CLIENT_CONFIG = "/etc/ssh/ssh_config.d/byoc-peers.conf"
 DEV_STOP_GRACE = 8.0  # s the services get after SIGTERM before SIGKILL
 # Variables SSH sessions get from the container's environment (a login shell would lose them).
 SESSION_ENV_NAMES = ("PATH", "VENV", "LANG", "LC_ALL", "PYTHONUNBUFFERED", "LD_LIBRARY_PATH")
-SESSION_ENV_PREFIXES = ("OMPI_", "NVIDIA_", "CUDA_", "NCCL_", "HOROVOD_", "BYOC_FLAVOR", "NV_")
+SESSION_ENV_PREFIXES = (
+    "OMPI_",
+    "NVIDIA_",
+    "CUDA_",
+    "NCCL_",
+    "HOROVOD_",
+    "BYOC_FLAVOR",
+    "NV_",
+    # byoc-init's fabric decision (byoc.fabric), so horovodrun from an SSH session uses EFA too
+    "FI_",
+    "RDMAV_",
+    "BYOC_FABRIC_SET",
+)

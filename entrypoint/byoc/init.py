@@ -3,6 +3,7 @@
 docker run IMAGE                 -> the image's CMD, `dev`: JupyterLab and sshd (byoc.dev); in a
                                     training job (resourceconfig.json present): `train`
 docker run IMAGE train           -> the SageMaker training contract (byoc.train)
+docker run IMAGE doctor [--json] -> checks of this container, each with its fix (byoc.doctor)
 docker run IMAGE <command ...>   -> that command, run as is; in a training job, after what a
                                     platform driver needs (byoc.launch.sdk)
 `bash -c CMD` as the container's command (SageMaker SDK v3, Kubernetes `command:`) comes back
@@ -14,11 +15,12 @@ from __future__ import annotations
 import os
 import sys
 
-from byoc import config, cuda_compat, supervisor
+from byoc import config, cuda_compat, fabric, supervisor
 from byoc import constants as C
 from byoc.launch import sdk
 
 TRAIN = [sys.executable, "-m", "byoc.train"]
+DOCTOR = [sys.executable, "-m", "byoc.doctor"]
 
 
 def in_training_job(env: dict[str, str]) -> bool:
@@ -34,6 +36,8 @@ def command_for(argv: list[str], env: dict[str, str] | None = None) -> list[str]
             print("byoc-init: in a training job (resourceconfig.json) with no command: train")
             return list(TRAIN)
         return [sys.executable, "-m", "byoc.dev"]
+    if argv[0] == "doctor":
+        return [*DOCTOR, *argv[1:]]
     if argv == ["train"]:
         # A child, not in-process: PID 1 stays a plain supervisor whatever the launcher does.
         return list(TRAIN)
@@ -52,9 +56,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if why:
         print(f"byoc-init: {why}", file=sys.stderr)
+    if os.environ.get("BYOC_FLAVOR") != "cpu":  # the cpu flavor has no NCCL to steer
+        try:
+            for line in fabric.apply(os.environ):
+                print(f"byoc-init: {line}", file=sys.stderr)
+        except fabric.FabricError as e:
+            print(f"byoc-init: {e}", file=sys.stderr)
+            return 2
     command = command_for(args)
     session = None
-    if command != TRAIN and args and args != [C.DEV_COMMAND]:
+    if command[:3] != TRAIN and command[:3] != DOCTOR and args and args != [C.DEV_COMMAND]:
         session = sdk.prepare(command, dict(os.environ))
         if isinstance(session, tuple):
             print(f"byoc-init: {session[1]}", file=sys.stderr, flush=True)

@@ -13,7 +13,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from byoc import code, config, environment, netif, plan, procs, report, settings
+from byoc import code, config, doctor, environment, netif, plan, procs, report, settings
 from byoc import constants as C
 from byoc.errors import JobError, Terminated
 from byoc.launch import Job, Shutdown, failure_message
@@ -21,23 +21,6 @@ from byoc.launch import horovod as horovod_launcher
 from byoc.launch import torchrun as torchrun_launcher
 
 SHUTDOWN = Shutdown()
-
-
-def check_shm(path: str = "/dev/shm") -> None:
-    try:
-        st = os.statvfs(path)
-    except OSError:
-        return
-    size = st.f_blocks * st.f_frsize
-    if size < C.SHM_MIN_BYTES:
-        print(
-            f"byoc: WARNING: {path} is {size // (1 << 20)} MB; NCCL and DataLoader workers need "
-            "more (hangs or 'Bus error'). Run with --shm-size=1g or more (docker run, compose "
-            "shm_size); where it cannot be changed, set NCCL_SHM_DISABLE=1 and use fewer "
-            "DataLoader workers.",
-            file=sys.stderr,
-            flush=True,
-        )
 
 
 def prepare(
@@ -90,7 +73,7 @@ def run_job(root: Path | None) -> tuple[int, str | None, Path]:
         the_settings = settings.load(env)
         grace = the_settings.term_grace
         cfg = config.load(root)
-        check_shm()
+        print(f"byoc: {doctor.summary(env)}", flush=True)
         launcher, why = plan.choose_launcher(cfg.hyperparameters, the_settings.launcher)
         program, command, run_env, num_gpus = prepare(cfg, env, launcher)
         interface = None

@@ -102,3 +102,19 @@ def containers(client, image):
 def scripts_volume():
     """The test scripts, mounted read-only at /tests in a container."""
     return {str(SCRIPTS): {"bind": "/tests", "mode": "ro"}}
+
+
+@pytest.fixture(scope="session")
+def gpu_image(client):
+    name = os.environ.get("BYOC_GPU_IMAGE", "pytorch-horovod:gpu-standin")
+    try:
+        return client.images.get(name)
+    except Exception:  # noqa: BLE001 - docker.errors.ImageNotFound
+        pytest.fail(f"image {name} not found: `make test-gpu-flavor` builds it on the stand-ins")
+
+
+@pytest.fixture
+def gpu(client, gpu_image):
+    pool = Containers(client, gpu_image)
+    yield pool
+    pool.remove_all()

@@ -122,6 +122,7 @@ def test_two_hosts_train_and_exit_together(job, launcher):
     # horovodrun brings every rank's output to the leader; torchrun leaves it on each host.
     check_ranks(out + logs(worker))
     assert f"launcher {launcher}" in out
+    assert "byoc: doctor: " in out  # the local checks, one line, before the launch
     assert (ml1 / "model" / "model.pt").is_file()
     assert list((ml2 / "model").iterdir()) == []  # written once, by rank 0
     assert (ml1 / "output" / "success").exists() and (ml2 / "output" / "success").exists()
