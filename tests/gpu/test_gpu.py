@@ -3,6 +3,8 @@ container toolkit). Skipped, with the reason, where no GPU is visible."""
 
 from __future__ import annotations
 
+import glob
+import json
 import os
 import re
 import shutil
@@ -32,7 +34,9 @@ def gpus():
     return n
 
 
-def docker_run(*command: str, timeout: float = 600) -> subprocess.CompletedProcess:
+def docker_run(
+    *command: str, timeout: float = 600, flags: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess:
     docker = os.environ.get("DOCKER", "docker")
     return subprocess.run(
         [
@@ -44,6 +48,7 @@ def docker_run(*command: str, timeout: float = 600) -> subprocess.CompletedProce
             "--shm-size=8g",
             "--ulimit",
             "memlock=-1",
+            *flags,
             IMAGE,
             *command,
         ],
@@ -135,3 +140,44 @@ def test_horovod_and_torch_report_the_same_nccl(gpus):
     )
     result = docker_run("python", "-c", script)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_doctor_is_ready_on_a_gpu_host(gpus):
+    result = docker_run("doctor", "--json", "--no-network")
+    out = result.stdout + result.stderr
+    report = json.loads(out[out.index("{") : out.rindex("}") + 1])
+    checks = {c["check"]: c for c in report["checks"]}
+    assert result.returncode == 0 and report["ok"], out
+    assert checks["gpus"]["status"] == "ok" and f"{gpus} GPU(s)" in checks["gpus"]["detail"], out
+    assert checks["driver"]["status"] == "ok", out
+    assert checks["nccl"]["status"] == "ok", out
+
+
+def _host_efa_devices() -> list[str]:
+    base = "/sys/class/infiniband"
+    names = sorted(os.listdir(base)) if os.path.isdir(base) else []
+    return [
+        n for n in names if os.path.basename(os.path.realpath(f"{base}/{n}/device/driver")) == "efa"
+    ]
+
+
+def test_nccl_uses_efa_where_the_host_has_it(gpus):
+    if not _host_efa_devices():
+        pytest.skip(
+            "this host has no EFA device (/sys/class/infiniband/* bound to efa): run `make "
+            "test-gpu` on an EFA instance (p4d, p5, ...) to see NCCL pick aws-ofi-nccl"
+        )
+    devices = sorted(f"--device={d}" for d in glob.glob("/dev/infiniband/uverbs*"))
+    script = (
+        "import os, torch, torch.distributed as dist;"
+        "dist.init_process_group('nccl', init_method='tcp://127.0.0.1:29511', rank=0,"
+        " world_size=1); t = torch.ones(1, device='cuda'); dist.all_reduce(t);"
+        "print('SUM', t.item()); dist.destroy_process_group()"
+    )
+    result = docker_run(
+        "python", "-c", script, flags=(*devices, "-e", "NCCL_DEBUG=INFO"), timeout=300
+    )
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out
+    assert "fabric: efa" in out, out  # byoc-init's decision
+    assert "NET/OFI" in out and re.search(r"Using network (AWS )?Libfabric", out), out

@@ -18,7 +18,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def start_init(*argv: str, **kw) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "entrypoint"))
+    # As the cpu flavor: no fabric line from byoc-init (that decision is test_fabric's), so the
+    # command's own output is all there is.
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "entrypoint"), BYOC_FLAVOR="cpu")
     return subprocess.Popen(
         [sys.executable, "-m", "byoc.init", *argv],
         env=env,
