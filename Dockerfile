@@ -67,6 +67,8 @@ RUN rm -f /etc/apt/sources.list.d/cuda*.list \
  && apt-get install -y --no-install-recommends \
         ca-certificates \
         iproute2 \
+        # iperf3: the first check of a slow cluster's link (`make bench` measures it).
+        iperf3 \
         libgomp1 \
         openmpi-bin \
         openssh-client \

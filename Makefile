@@ -35,7 +35,7 @@ DEV_KEYS ?= $(firstword $(wildcard $(HOME)/.ssh/id_ed25519.pub $(HOME)/.ssh/id_e
 
 .PHONY: local-train help build local-base lint test test-unit test-container test-gpu shell dev engine clean \
 	cluster-up cluster-down cluster-shell push launch test-deps standin build-gpu-standin \
-	test-gpu-flavor nccl-test smoke
+	test-gpu-flavor nccl-test smoke bench
 
 help: ## Show this help
 	@echo "Usage: make TARGET [FLAVOR=cpu|gpu] [IMAGE=...] [TAG=...] [DOCKER=...]"
@@ -104,6 +104,10 @@ build-gpu-standin: standin ## The gpu flavor, unchanged Dockerfile, on the stand
 # Always (re)built from this checkout, so a stale image is never the one checked (cached: seconds).
 test-gpu-flavor: $(DEV_STAMP) build-gpu-standin ## gpu flavor checks without a GPU: builds $(IMAGE):gpu-standin, tests it
 	BYOC_GPU_IMAGE=$(IMAGE):gpu-standin $(PY) -m pytest -m gpu_flavor tests/container $(PYTEST_ARGS)
+
+BENCH_ARGS ?=
+bench: engine ## Measure $(IMAGE):$(TAG) (else :cpu) on NODES pinned containers: link, allreduce per library, training, scaling, launch, Pipe reader -> bench/<stamp>/
+	python3 scripts/bench.py --nodes $(NODES) $(BENCH_ARGS)
 
 nccl-test: engine ## all_reduce_perf on every local GPU in $(IMAGE):$(TAG); passes or fails by its exit status
 	@n=$$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true); \

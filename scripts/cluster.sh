@@ -72,7 +72,15 @@ running_nodes() {
 # - one block of GPUs per node when this host has NVIDIA GPUs, so that local rank 0 of node0 and
 #   of node1 are not the same device. CLUSTER_GPUS=0 turns that off.
 write_overlay() {
-    local nodes=$1 count=0 per=0 i j ids ulimits="" devices entry
+    local nodes=$1 count=0 per=0 i j ids ulimits="" devices entry cpus=${CLUSTER_CPUS_PER_NODE:-0} cores
+    # CLUSTER_CPUS_PER_NODE=k pins node i to cores i*k .. i*k+k-1, so that nodes do not share
+    # cores (make bench's scaling figures); 0 (default): every node may use every core.
+    if [ "$cpus" != 0 ]; then
+        [[ $cpus =~ ^[1-9][0-9]{0,2}$ ]] || fail "CLUSTER_CPUS_PER_NODE must be a whole number of cores, not '$cpus'"
+        cores=$(nproc)
+        [ $((cpus * nodes)) -le "$cores" ] || fail "CLUSTER_CPUS_PER_NODE=$cpus for $nodes nodes needs $((cpus * nodes)) cores; this host has $cores"
+        say "$cpus core(s) per node, not shared"
+    fi
     if "$DOCKER" run --rm --ulimit memlock=-1:-1 --entrypoint true "$BYOC_IMAGE" >/dev/null 2>&1; then
         ulimits="ulimits: {memlock: -1, stack: 67108864}"
     else
@@ -104,6 +112,7 @@ write_overlay() {
             fi
             entry=$ulimits
             [ -n "$devices" ] && entry+="${entry:+, }$devices"
+            [ "$cpus" != 0 ] && entry+="${entry:+, }cpuset: \"$((i * cpus))-$((i * cpus + cpus - 1))\""
             echo "  node$i: {$entry}"
         done
     } >"$STATE/compose.override.yaml"

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.container.conftest import dockerfile_arg
+from tests.container.conftest import ROOT, dockerfile_arg
 from tests.helpers import wait_until
 
 
@@ -56,8 +56,9 @@ def test_listed_packages_import_at_the_pinned_versions(containers):
             "python",
             "-c",
             "import json, boto3, horovod, horovod.torch, numpy, sagemaker_training, smdebug, "
-            "torch, torchvision; print(json.dumps({'torch': torch.__version__, "
-            "'torchvision': torchvision.__version__, 'horovod': horovod.__version__}))",
+            "torch, torchvision, matplotlib; print(json.dumps({'torch': torch.__version__, "
+            "'torchvision': torchvision.__version__, 'horovod': horovod.__version__, "
+            "'matplotlib': matplotlib.__version__}))",
         ],
         timeout=120,
     )
@@ -66,6 +67,8 @@ def test_listed_packages_import_at_the_pinned_versions(containers):
     assert versions["torch"].split("+")[0] == dockerfile_arg("TORCH_VERSION")
     assert versions["torchvision"].split("+")[0] == dockerfile_arg("TORCHVISION_VERSION")
     assert versions["horovod"] == dockerfile_arg("HOROVOD_VERSION")
+    pins = (ROOT / "docker" / "requirements.txt").read_text()
+    assert f"matplotlib=={versions['matplotlib']}" in pins.splitlines()
 
 
 def test_pip_check_passes(containers):
@@ -127,12 +130,14 @@ def test_openmpi_is_configured_for_containers(containers):
             "bash",
             "-c",
             "ompi_info --param btl vader --level 9 --parsable | grep single_copy_mechanism:value; "
+            "ompi_info --param mpi all --level 9 --parsable | grep yield_when_idle:value; "
             "env | grep ^OMPI_ALLOW",
         ],
         timeout=60,
     )
     assert code == 0, out
     assert "single_copy_mechanism:value:none" in out, out
+    assert "mpi_yield_when_idle:value:true" in out, out  # waiting ranks give their core away
     assert "OMPI_ALLOW_RUN_AS_ROOT=1" in out and "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1" in out, out
 
 

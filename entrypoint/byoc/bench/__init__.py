@@ -1,0 +1,1 @@
+"""Measurements of what the image exists for: moving gradients and data fast (`make bench`)."""
