@@ -88,7 +88,8 @@ smoke: engine ## The main job (make local-train), short, with each launcher, on 
 	$(MAKE) --no-print-directory local-train TAG=cpu LAUNCHER=horovod LOCAL_TRAIN_ARGS="$(SMOKE_ARGS)"
 	$(MAKE) --no-print-directory local-train TAG=cpu LAUNCHER=torchrun LOCAL_TRAIN_ARGS="$(SMOKE_ARGS)"
 
-# test-gpu-flavor adds ~20 min to a cold CI run (24 -> ~45 min on 2 cores), under the 60 allowed.
+# test-gpu-flavor adds ~21 min to a cold CI run on 2 cores (the EFA stages ~2 of it); the whole
+# cold run is estimated at ~55 min, under the 60 allowed (README.md, "Tests").
 test: lint test-unit test-container smoke test-gpu-flavor ## Lint, unit, container tests, the main job's smoke (cpu image) and the gpu flavor on stand-ins
 
 STANDIN ?= pytorch-horovod-standin
