@@ -71,8 +71,11 @@ class Containers:
         kw.setdefault("detach", True)
         kw.setdefault("labels", {"byoc-test": RUN_ID})
         kw.setdefault("shm_size", "512m")
-        c = self.client.containers.run(self.image.id, command, **kw)
+        # Created, recorded, then started: a container the engine creates but cannot start (a
+        # refused --ulimit, say) is still removed by remove_all.
+        c = self.client.containers.create(self.image.id, command, **kw)
         self.started.append(c)
+        c.start()
         return c
 
     def run(self, command, timeout: float = 300, **kw) -> tuple[int, str]:
