@@ -25,8 +25,8 @@ jobs=$(nproc)
 start=$SECONDS
 case "$name" in
     libfabric)
-        version=$LIBFABRIC_VERSION
-        verified_source "$LIBFABRIC_URL" "$LIBFABRIC_SHA256" /sources/libfabric.tar.gz \
+        version=$LIBFABRIC_VERSION url=$LIBFABRIC_URL sha=$LIBFABRIC_SHA256
+        verified_source "$url" "$sha" /sources/libfabric.tar.gz \
             "$work/src.tar.gz" LIBFABRIC_TARBALL
         tar -xzf "$work/src.tar.gz" -C "$work/src" --strip-components=1
         cd "$work/src"
@@ -47,8 +47,8 @@ case "$name" in
     aws-ofi-nccl)
         fabric=/opt/amazon/efa
         if [ -f "$fabric/NOT-BUILT" ]; then skip "$(cat "$fabric/NOT-BUILT")"; fi
-        version=$AWS_OFI_NCCL_VERSION
-        verified_source "$AWS_OFI_NCCL_URL" "$AWS_OFI_NCCL_SHA256" /sources/aws-ofi-nccl.tar.gz \
+        version=$AWS_OFI_NCCL_VERSION url=$AWS_OFI_NCCL_URL sha=$AWS_OFI_NCCL_SHA256
+        verified_source "$url" "$sha" /sources/aws-ofi-nccl.tar.gz \
             "$work/src.tar.gz" AWS_OFI_NCCL_TARBALL
         tar -xzf "$work/src.tar.gz" -C "$work/src" --strip-components=1
         cd "$work/src"
@@ -74,7 +74,6 @@ case "$name" in
         ;;
     *) say "error: unknown component '$name' (libfabric or aws-ofi-nccl)"; exit 1 ;;
 esac
-url_var=$(echo "${name}_URL" | tr 'a-z-' 'A-Z_'); sha_var=$(echo "${name}_SHA256" | tr 'a-z-' 'A-Z_')
-echo "$name $version sha256:${!sha_var} ${!url_var}" >"$out/SOURCE"
+echo "$name $version sha256:$sha $url" >"$out/SOURCE"
 rm -rf "$work"
 say "built $name $version in $((SECONDS - start)) s"

@@ -130,15 +130,6 @@ def _key(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in version.split(".") if p.isdigit())
 
 
-def _job(probe: Probe) -> dict:
-    return fabric.resource_config(probe.env)
-
-
-def _expected(probe: Probe) -> tuple[str | None, instances.Instance | None]:
-    facts = fabric.look(probe.env, probe.root)
-    return facts.instance_type, instances.lookup(facts.instance_type)
-
-
 def check_settings(probe: Probe) -> list[Finding]:
     try:
         settings.load(probe.env)
@@ -149,9 +140,9 @@ def check_settings(probe: Probe) -> list[Finding]:
     return [Finding("settings", OK, "every BYOC_* setting is valid")]
 
 
-def check_gpus(probe: Probe) -> list[Finding]:
+def check_gpus(probe: Probe, facts: fabric.Facts) -> list[Finding]:
     seen = plan.count_gpus(probe.root / "dev", probe.root / "proc/driver/nvidia/gpus")
-    itype, kind = _expected(probe)
+    itype, kind = facts.instance_type, instances.lookup(facts.instance_type)
     if probe.env.get("BYOC_FLAVOR") == "cpu":
         return [Finding("gpus", INFO, f"cpu flavor; {seen} GPU(s) visible, not used by Horovod")]
     fix = "docker run --gpus all (with the NVIDIA container toolkit on the host)"
@@ -194,7 +185,7 @@ def check_driver(probe: Probe) -> list[Finding]:
     return [Finding("driver", FAIL, detail, fix)]
 
 
-def check_nccl(probe: Probe, decision: fabric.Decision) -> list[Finding]:
+def check_nccl(probe: Probe, facts: fabric.Facts, decision: fabric.Decision) -> list[Finding]:
     torch_nccl = probe.root / TORCH_NCCL
     if not torch_nccl.exists():
         return [Finding("nccl", INFO, "no NCCL in this image (cpu flavor): Gloo and MPI only")]
@@ -229,7 +220,6 @@ def check_nccl(probe: Probe, decision: fabric.Decision) -> list[Finding]:
         else:
             findings.append(Finding("plugin", OK, f"aws-ofi-nccl {version} loads ({plugin})"))
     else:
-        facts = fabric.look(probe.env, probe.root)
         findings.append(Finding("plugin", INFO, f"no aws-ofi-nccl: {facts.plugin_missing}"))
     return findings
 
@@ -333,7 +323,7 @@ def check_limits(probe: Probe, decision: fabric.Decision) -> list[Finding]:
 
 def check_job(probe: Probe) -> list[Finding]:
     """DNS of every host of the job, and SSH reachability of the others (network: run last)."""
-    job = _job(probe)
+    job = fabric.resource_config(probe.env)
     hosts = job.get("hosts")
     if not isinstance(hosts, list) or not hosts:
         return [Finding("hosts", INFO, "not in a training job (no resourceconfig.json)")]
@@ -391,9 +381,9 @@ def run(probe: Probe, network: bool = True) -> tuple[list[Finding], fabric.Decis
     facts, decision = _decision(probe)
     findings = [
         *check_settings(probe),
-        *check_gpus(probe),
+        *check_gpus(probe, facts),
         *check_driver(probe),
-        *check_nccl(probe, decision),
+        *check_nccl(probe, facts, decision),
         *check_efa(probe, facts, decision),
         *check_shm(probe),
         *check_limits(probe, decision),

@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     command = command_for(args)
     session = None
-    if command[:3] != TRAIN and command[:3] != DOCTOR and args and args != [C.DEV_COMMAND]:
+    if command[:3] not in (TRAIN, DOCTOR) and args and args != [C.DEV_COMMAND]:
         session = sdk.prepare(command, dict(os.environ))
         if isinstance(session, tuple):
             print(f"byoc-init: {session[1]}", file=sys.stderr, flush=True)

@@ -100,6 +100,15 @@ def host(tmp_path) -> Doctor:
     return Doctor(tmp_path)
 
 
+def _facts(probe: doctor.Probe) -> doctor.fabric.Facts:
+    """What the container shows, as doctor.run reads it once for every check."""
+    return doctor.fabric.look(probe.env, probe.root)
+
+
+def _gpus(probe: doctor.Probe) -> list[doctor.Finding]:
+    return doctor.check_gpus(probe, _facts(probe))
+
+
 def by_check(findings: list[doctor.Finding]) -> dict[str, doctor.Finding]:
     out = {f.check: f for f in findings}
     assert len(out) == len(findings), findings  # one finding per check name
@@ -175,7 +184,7 @@ def test_gpus(host, seen, instance_type, status, detail):
     host.gpus(seen)
     if instance_type:
         host.job(current_instance_type=instance_type)
-    [finding] = doctor.check_gpus(host.probe())
+    [finding] = _gpus(host.probe())
     assert (finding.status, finding.detail) == (status, detail)
     if status != doctor.OK:
         assert "--gpus all" in finding.fix
@@ -185,14 +194,14 @@ def test_the_drivers_gpu_list_wins_over_device_nodes(host):
     host.gpus(8)
     for n in range(2):
         (host.root / f"proc/driver/nvidia/gpus/0000:{n:02x}:00.0").mkdir(parents=True)
-    [finding] = doctor.check_gpus(host.probe())
+    [finding] = _gpus(host.probe())
     assert finding.detail == "2 GPU(s) visible"
 
 
 def test_the_cpu_flavor_only_informs(host):
     host.job(current_instance_type="ml.p4d.24xlarge")
     host.env["BYOC_FLAVOR"] = "cpu"
-    [finding] = doctor.check_gpus(host.probe())
+    [finding] = _gpus(host.probe())
     assert finding.status == doctor.INFO
     assert finding.detail == "cpu flavor; 0 GPU(s) visible, not used by Horovod"
 
@@ -271,7 +280,9 @@ def test_driver_versions(host, driver, cuda, status, detail):
 
 
 def _nccl(host: Doctor, transport: str = "socket") -> dict[str, doctor.Finding]:
-    return by_check(doctor.check_nccl(host.probe(), doctor.fabric.Decision(transport)))
+    return by_check(
+        doctor.check_nccl(probe := host.probe(), _facts(probe), doctor.fabric.Decision(transport))
+    )
 
 
 def test_no_nccl_is_the_cpu_flavor(host):

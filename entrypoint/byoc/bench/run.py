@@ -313,7 +313,8 @@ def main(argv: list[str] | None = None) -> int:
     if "train" in parts:
         step(results, "throughput", throughput, hosts, slots, args.quick, repeats, long)
     if "scaling" in parts and len(hosts) > 1:
-        step(results, "scaling", scaling, hosts, slots, args.quick, repeats, long)
+        measured = (results.get("throughput") or [{}])[0].get("samples_per_s", {}).get("values")
+        step(results, "scaling", scaling, hosts, slots, args.quick, repeats, long, measured)
     if "launch" in parts and len(hosts) > 1:
         step(results, "launch", launch_overhead, hosts, slots, 1 if args.quick else 3)
     if "pipe" in parts:
@@ -332,12 +333,18 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if results.get("errors") else 0
 
 
+def horovod_example(hosts, slots, quick, timeout) -> float:
+    """samples/s of one run of the Horovod example on `hosts`, with the controller `train` uses
+    (horovodrun's default)."""
+    script = [sys.executable, str(EXAMPLES / "train_synthetic.py"), *train_args(quick)]
+    return samples_per_s(run(horovodrun(hosts, slots, script, None), timeout=timeout))
+
+
 def throughput(hosts, slots, quick, repeats, timeout) -> list[dict]:
-    """The example, Horovod (the controller `train` uses: horovodrun's default) vs DDP."""
+    """The example, Horovod vs DDP: same model, batch and data."""
     hvd, ddp = [], []
     for _ in range(repeats):
-        script = [sys.executable, str(EXAMPLES / "train_synthetic.py"), *train_args(quick)]
-        hvd.append(samples_per_s(run(horovodrun(hosts, slots, script, None), timeout=timeout)))
+        hvd.append(horovod_example(hosts, slots, quick, timeout))
         script = [str(EXAMPLES / "train_ddp.py"), *train_args(quick)]
         ddp.append(samples_per_s(torchrun_everywhere(hosts, slots, script, timeout=timeout)))
     return [
@@ -346,14 +353,11 @@ def throughput(hosts, slots, quick, repeats, timeout) -> list[dict]:
     ]
 
 
-def scaling(hosts, slots, quick, repeats, timeout) -> dict:
-    """Weak scaling of the Horovod example: samples/s on 1 host vs all, efficiency."""
-    one, all_ = [], []
-    for _ in range(repeats):
-        script = [sys.executable, str(EXAMPLES / "train_synthetic.py"), *train_args(quick)]
-        one.append(samples_per_s(run(horovodrun(hosts[:1], slots, script, None), timeout=timeout)))
-        script = [sys.executable, str(EXAMPLES / "train_synthetic.py"), *train_args(quick)]
-        all_.append(samples_per_s(run(horovodrun(hosts, slots, script, None), timeout=timeout)))
+def scaling(hosts, slots, quick, repeats, timeout, all_hosts=None) -> dict:
+    """Weak scaling of the Horovod example: samples/s on 1 host vs all, efficiency. The
+    all-hosts runs are the throughput step's Horovod runs when it made them (the same command)."""
+    one = [horovod_example(hosts[:1], slots, quick, timeout) for _ in range(repeats)]
+    all_ = all_hosts or [horovod_example(hosts, slots, quick, timeout) for _ in range(repeats)]
     n = len(hosts)
     return {
         "one_host": stats.summary(one),
