@@ -522,3 +522,57 @@ def test_make_bench_refuses_bad_arguments_before_starting_a_cluster(argv, tmp_pa
         bench.main([*argv, "--out", str(tmp_path / "out")])
     assert exc.value.code == 2 and started == []
     assert not (tmp_path / "out").exists()
+
+
+def test_horovod_reduces_in_place_compressed_first_as_distributed_optimizer_does():
+    """hvd.allreduce (out of place) would time the allocator as well: a fresh output tensor per
+    call. The bench reduces as hvd.DistributedOptimizer reduces gradients."""
+    calls = []
+
+    class T:
+        def __init__(self, name):
+            self.name = name
+
+        def copy_(self, other):
+            calls.append(("copy_", self.name, other.name))
+
+    class Hvd:
+        Sum = "sum"
+
+        def allreduce_(self, t, op):
+            calls.append(("allreduce_", t.name, op))
+
+        def allreduce(self, *args, **kwargs):
+            raise AssertionError("the bench must not reduce out of place")
+
+    class NoCompression:
+        @staticmethod
+        def compress(t):
+            return t, None
+
+        @staticmethod
+        def decompress(t, ctx):
+            return t
+
+    class Fp16:
+        @staticmethod
+        def compress(t):
+            return T("half of " + t.name), "dtype"
+
+        @staticmethod
+        def decompress(t, ctx):
+            assert ctx == "dtype"
+            return T("float of " + t.name)
+
+    comm = object.__new__(allreduce.HorovodComm)
+    comm.hvd, comm.compression = Hvd(), NoCompression
+    grad = T("grad")
+    comm.allreduce(grad)
+    assert calls == [("allreduce_", "grad", "sum")]
+    calls.clear()
+    comm.compression = Fp16
+    comm.allreduce(grad)
+    assert calls == [
+        ("allreduce_", "half of grad", "sum"),
+        ("copy_", "grad", "float of half of grad"),
+    ]
