@@ -270,7 +270,13 @@ ENV BASH_ENV=/opt/byoc/bash-env.sh
 RUN --mount=type=bind,from=entrypoint-wheel,source=/wheels-own,target=/wheels-own \
     pip install --no-cache-dir --no-index --no-deps /wheels-own/*.whl \
  # /run/sshd: a bare `/usr/sbin/sshd -D` (SageMaker SDK v3's MPI driver) needs it.
- && mkdir -p /opt/ml /workspace /run/sshd
+ && mkdir -p /opt/ml /workspace /run/sshd \
+ # Kubernetes engines run sshd and mpirun in place of the ENTRYPOINT, as root or as uid 1000
+ # (deploy/kubernetes): that user (Ubuntu bases name theirs "ubuntu"), and the SSH settings for
+ # the keys the engines mount, from byoc.ssh (the one writer). No keys: the engines bring them.
+ && if old=$(getent passwd 1000); then userdel -r "${old%%:*}" 2>/dev/null || userdel "${old%%:*}"; fi \
+ && useradd -m -u 1000 -U -s /bin/bash mpiuser \
+ && env -u HOROVOD_VERSION -u HOROVOD_GPU_OPERATIONS python -c 'from byoc import ssh; ssh.write_engine_config()'
 
 ARG VERSION
 ARG VCS_REF

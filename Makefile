@@ -35,12 +35,12 @@ DEV_KEYS ?= $(firstword $(wildcard $(HOME)/.ssh/id_ed25519.pub $(HOME)/.ssh/id_e
 
 .PHONY: local-train help build local-base lint test test-unit test-container test-gpu shell dev engine clean \
 	cluster-up cluster-down cluster-shell push launch test-deps standin build-gpu-standin \
-	test-gpu-flavor nccl-test smoke bench
+	test-gpu-flavor nccl-test smoke bench k8s-validate k8s-sim
 
 help: ## Show this help
 	@echo "Usage: make TARGET [FLAVOR=cpu|gpu] [IMAGE=...] [TAG=...] [DOCKER=...]"
 	@echo
-	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-16s %s\n", $$1, $$2}'
+	@grep -E '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-16s %s\n", $$1, $$2}'
 	@echo
 	@echo "Variables: FLAVOR=$(FLAVOR) IMAGE=$(IMAGE) TAG=$(TAG) DOCKER=$(DOCKER)"
 	@echo "Build inputs (see README): BASE_IMAGE, BUILDER_IMAGE, RUNTIME_IMAGE, WHEELHOUSE, TORCH_INDEX_URL, CUDA_ARCHS, BUILD_ARGS"
@@ -109,6 +109,15 @@ test-gpu-flavor: $(DEV_STAMP) build-gpu-standin ## gpu flavor checks without a G
 BENCH_ARGS ?=
 bench: engine ## Measure $(IMAGE):$(TAG) (else :cpu) on NODES pinned containers: link, allreduce per library, training, scaling, launch, Pipe reader -> bench/<stamp>/
 	python3 scripts/bench.py --nodes $(NODES) $(BENCH_ARGS)
+
+k8s-validate: $(DEV_STAMP) ## Render every deploy/kubernetes overlay and validate it against the engines' pinned CRDs
+	$(PY) scripts/k8s_validate.py
+
+ENGINE ?= mpijob
+K8S_SIM_ARGS ?=
+k8s-sim: $(DEV_STAMP) engine ## Run a deploy/kubernetes overlay as its engine would, on $(IMAGE):cpu: ENGINE=mpijob|trainer|volcano, K8S_SIM_ARGS
+	@$(DOCKER) image inspect $(IMAGE):cpu >/dev/null 2>&1 || $(MAKE) build FLAVOR=cpu TAG=cpu
+	$(PY) scripts/k8s_sim.py --engine $(ENGINE) --image $(IMAGE):cpu $(K8S_SIM_ARGS)
 
 nccl-test: engine ## all_reduce_perf on every local GPU in $(IMAGE):$(TAG); passes or fails by its exit status
 	@n=$$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true); \

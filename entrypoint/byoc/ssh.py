@@ -41,6 +41,13 @@ HOST_KEY_KINDS = ("ed25519", "rsa")
 # Read first by Debian's and Ubuntu's ssh_config / sshd_config (their Include lines).
 CLIENT_DROPIN = Path("/etc/ssh/ssh_config.d/00-byoc-job.conf")
 SSHD_DROPIN = Path("/etc/ssh/sshd_config.d/00-byoc-job.conf")
+# Written at build time, for the sshd and ssh that Kubernetes engines start in place of our
+# ENTRYPOINT (write_engine_config). Read after ours above, so a job of ours keeps its values.
+ENGINE_SSHD_DROPIN = Path("/etc/ssh/sshd_config.d/50-byoc-engines.conf")
+ENGINE_CLIENT_DROPIN = Path("/etc/ssh/ssh_config.d/50-byoc-engines.conf")
+# Where the MPI Operator, Kubeflow Trainer and Volcano mount the job's key pair: ~/.ssh of the
+# user the pod runs as (their sshAuthMountPath / --ssh-key-file-path defaults).
+ENGINE_KEY = "~/.ssh/id_rsa"
 
 
 class SSHError(Exception):
@@ -189,6 +196,8 @@ def sshd_settings(
         f"PermitRootLogin {'prohibit-password' if user == 'root' else 'no'}",
         f"AllowUsers {user}",
         "PermitUserEnvironment no",
+        # Said outright: the engines' drop-in (read after ours) turns it off for mounted keys.
+        "StrictModes yes",
         "X11Forwarding no",
         f"AllowTcpForwarding {'yes' if forwarding else 'no'}",
         f"AllowAgentForwarding {'yes' if forwarding else 'no'}",
@@ -206,6 +215,76 @@ def sshd_settings(
         # A command over ssh (horovodrun's, mpirun's) gets no login shell: give it our PATH.
         lines.append("SetEnv " + " ".join(pairs))
     return lines
+
+
+def session_env(env: dict[str, str]) -> dict[str, str]:
+    """What SSH sessions inherit from the container's environment; never secrets or AWS keys."""
+    return {
+        k: v
+        for k, v in sorted(env.items())
+        if (k in C.SESSION_ENV_NAMES or k.startswith(C.SESSION_ENV_PREFIXES))
+        and "\n" not in v
+        and '"' not in v
+    }
+
+
+def engine_sshd_settings(env: dict[str, str]) -> list[str]:
+    """sshd as Kubernetes engines start it (`/usr/sbin/sshd -De`, as root or as uid 1000 with
+    `-p 2222`), with the distribution's sshd_config and this drop-in:
+    - the host key is the job's own key pair that the engine mounts in ~/.ssh (the image has
+      none, and the engines make no host keys), so clients can check it (engine_client_text);
+    - StrictModes off: a Secret volume is a world-writable directory (kubernetes#61049), which
+      StrictModes refuses whatever the files' modes; the files are the engine's, read-only;
+    - public keys only, and the image's environment for commands over ssh (mpirun's orted,
+      horovodrun's task services), which get no login shell."""
+    lines = [
+        f"HostKey {ENGINE_KEY}",
+        "StrictModes no",
+        "AuthenticationMethods publickey",
+        "PubkeyAuthentication yes",
+        "PasswordAuthentication no",
+        "PermitEmptyPasswords no",
+        "KbdInteractiveAuthentication no",
+        "PermitUserEnvironment no",
+        "X11Forwarding no",
+        "AllowAgentForwarding no",
+        "AllowTcpForwarding no",
+        "MaxStartups 100:30:200",
+        "MaxSessions 100",
+        # In the foreground as the pod's process: no pid file (a non-root sshd cannot write one).
+        "PidFile none",
+    ]
+    pairs = [f'"{k}={v}"' for k, v in session_env(env).items()]
+    if pairs:
+        lines.append("SetEnv " + " ".join(pairs))
+    return lines
+
+
+def engine_client_text() -> str:
+    """ssh where an engine mounted the job's key pair read-only in ~/.ssh: every worker's host
+    key is that key (engine_sshd_settings), so a host is known when it proves it holds it:
+    checked strictly, nothing written to the read-only ~/.ssh, no StrictHostKeyChecking=no."""
+    home_key = ENGINE_KEY.replace("~", "%d") + ".pub"
+    # Only under an engine's mount (a Secret volume: read-only): a person's own ~/.ssh keeps
+    # ssh's usual questions.
+    return "\n".join(
+        [
+            f'Match exec "test -r {home_key} -a ! -w %d/.ssh"',
+            f"    KnownHostsCommand /usr/bin/awk -v h=%H '{{print h, $1, $2}}' {home_key}",
+            "    StrictHostKeyChecking yes",
+            "    BatchMode yes",
+            "    ConnectTimeout 10",
+            "    ServerAliveInterval 15",
+            "",
+        ]
+    )
+
+
+def write_engine_config(env: dict[str, str] | None = None) -> None:
+    """At build time (Dockerfile): the drop-ins for engine-started sshd and ssh. No keys."""
+    text = "\n".join(engine_sshd_settings(dict(os.environ if env is None else env))) + "\n"
+    write_file(ENGINE_SSHD_DROPIN, text, 0o644)
+    write_file(ENGINE_CLIENT_DROPIN, engine_client_text(), 0o644)
 
 
 def client_config_text(

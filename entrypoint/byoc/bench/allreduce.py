@@ -13,9 +13,9 @@ nothing. Bandwidth is nccl-tests' bus bandwidth (byoc.bench.stats.busbw), in GB/
 --lib horovod: the controller (gloo or mpi) is whatever horovodrun chose (--gloo / --mpi);
 --backend nccl puts the tensors on this rank's GPU (Horovod's NCCL operations), else they stay
 on the CPU and go through the controller's own operations. --compression fp16 is Horovod's
-(the tensor travels as float16). Horovod reduces in place (`hvd.allreduce_`, compressed first), as
-hvd.DistributedOptimizer reduces gradients. --lib torch: torch.distributed with --backend gloo or nccl,
-from the env:// variables torchrun sets.
+(the tensor travels as float16). Horovod reduces in place (`hvd.allreduce_`, compressed
+first), as hvd.DistributedOptimizer reduces gradients. --lib torch: torch.distributed with
+--backend gloo or nccl, from the env:// variables torchrun sets.
 """
 
 from __future__ import annotations

@@ -7,21 +7,9 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from byoc import constants as C
 from byoc import ssh
 from byoc.dev.keys import PEER_KEY, PEER_KNOWN_HOSTS
 from byoc.dev.settings import DevConfig
-
-
-def session_env(env: dict[str, str]) -> dict[str, str]:
-    """What SSH sessions inherit from the container's environment; never secrets or AWS keys."""
-    return {
-        k: v
-        for k, v in sorted(env.items())
-        if (k in C.SESSION_ENV_NAMES or k.startswith(C.SESSION_ENV_PREFIXES))
-        and "\n" not in v
-        and '"' not in v
-    }
 
 
 def write_authorized_keys(keys: list[str], path: Path) -> Path:
@@ -43,7 +31,7 @@ def write_sshd_config(
         user=cfg.user,
         forwarding=True,
         pam=False,
-        session_env=session_env(env),
+        session_env=ssh.session_env(env),
         log_level="INFO",
     )
     # sshd runs in the foreground under our supervisor: no pid file to leave behind.
@@ -64,7 +52,9 @@ def write_peers_config(cfg: DevConfig, path: Path) -> Path:
 def profile_text(env: dict[str, str]) -> str:
     """/etc/profile.d snippet: login shells (Debian's /etc/profile resets PATH) get ours back."""
     body = "".join(
-        f"export {k}={shlex.quote(v)}\n" for k, v in session_env(env).items() if k.isidentifier()
+        f"export {k}={shlex.quote(v)}\n"
+        for k, v in ssh.session_env(env).items()
+        if k.isidentifier()
     )
     return (
         "# Written by byoc-dev at container start: the image's environment for SSH logins.\n" + body

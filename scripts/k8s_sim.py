@@ -1,0 +1,580 @@
+#!/usr/bin/env python3
+"""Run a deploy/kubernetes overlay the way its engine would, with Docker on this machine.
+
+    scripts/k8s_sim.py --engine mpijob|trainer|volcano [--overlay DIR] [--workers 2]
+        [--image pytorch-horovod:cpu] [--extra-arg ARG ...] [--kill-worker I] [--timeout 600]
+
+The overlay is rendered (scripts/k8s_validate.py: kustomize when one is installed, else its
+checked subset) and its pod templates are run as the engine runs them, reading every command,
+argument, port, user, volume and variable from the YAML, not from here:
+  - mpijob (Kubeflow MPI Operator v2beta1): Secret keys (ECDSA P-521, files id_rsa, id_rsa.pub,
+    authorized_keys; mode 0600 under /root/.ssh, else 0644) at sshAuthMountPath on launcher and
+    workers; /etc/mpi/hostfile ("<job>-worker-<i>.<job>.<ns>.svc slots=<slotsPerWorker>") and
+    the OMPI_MCA_* variables on the launcher; the launcher starts when every worker is Ready
+    (its readinessProbe); workers are removed when the launcher ends (cleanPodPolicy).
+  - trainer (Kubeflow Trainer v2, MPI policy): the TrainJob's command/args in the runtime's
+    launcher; keys with the plugin's modes (id_rsa 0640, group fsGroup); hostfile lines
+    "<job>-node-0-<i>.<job> slots=<numProcPerNode>"; the JobSet's dependsOn node Ready.
+  - volcano (Volcano Job with the ssh, svc and mpi plugins): RSA keys and the ssh plugin's
+    `config`; /etc/volcano/<task>.host, VC_<TASK>_HOSTS/_NUM, MPI_HOST; dependsOn with
+    minAvailable; TaskCompleted -> CompleteJob.
+Pods are containers on a private network, named and reachable as the engine names them
+(hostname <pod>, DNS <pod>.<job>[.<ns>.svc[.cluster.local]]); the Secret is a read-only mount
+of a world-writable directory, as a Secret volume is; a PersistentVolumeClaim is a directory
+shared by the pods; an emptyDir at /dev/shm is --shm-size. What is not simulated: scheduling,
+resources (requests are not enforced), GPUs and EFA devices (gpu/efa overlays are refused),
+the engines' retries and webhooks.
+
+--kill-worker I kills worker I once the launcher's output shows a rank took its first step (a
+node lost mid-job); the job must then end on its own. Exit status: the launcher's, as the
+engine takes it for the job's result; 124 past --timeout; 2 bad input; 1 when a step fails (a
+worker not Ready in time, Docker refusing). Everything it made is removed in every case.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import k8s_validate  # noqa: E402
+
+ENGINES = ("mpijob", "trainer", "volcano")
+DEFAULT_OVERLAY = {e: k8s_validate.OVERLAYS_DIR / f"{e}-cpu" for e in ENGINES}
+MAX_WORKERS = 8
+FIRST_STEP = re.compile(r"rank \d+: first step done")
+# The example's first line per rank: "rank 0/2 local_rank 0 on <hostname> ...".
+RANK_LINE = re.compile(r"rank (\d+)/(\d+) local_rank \d+ on (\S+)")
+VAR_REF = re.compile(r"\$\((\w+)\)|\$\$")
+
+
+class SimError(Exception):
+    """A step of the simulation that cannot go on; says which and why."""
+
+
+def say(msg: str) -> None:
+    print(f"k8s-sim: {msg}", file=sys.stderr, flush=True)
+
+
+# --- what the engine makes (pure: read from the rendered objects) ----------------------------
+
+
+def expand(text: str, env: dict[str, str]) -> str:
+    """Kubernetes' $(VAR) expansion in command and args: known names replaced, $$ -> $,
+    unknown references left as they are."""
+
+    def one(m: re.Match) -> str:
+        if m.group(0) == "$$":
+            return "$"
+        return env.get(m.group(1), m.group(0))
+
+    return VAR_REF.sub(one, text)
+
+
+def container_env(container: dict) -> dict[str, str]:
+    env = {}
+    for item in container.get("env") or []:
+        if "valueFrom" in item:
+            raise SimError(f"env {item['name']}: valueFrom is not simulated")
+        env[item["name"]] = str(item.get("value", ""))
+    return env
+
+
+class Pod:
+    """One pod to run: its template's first container, as the engine completes it."""
+
+    def __init__(self, name: str, subdomain: str, namespace: str, spec: dict):
+        self.name = name
+        self.spec = spec
+        self.container = spec["containers"][0]
+        self.aliases = [
+            f"{name}.{subdomain}",
+            f"{name}.{subdomain}.{namespace}.svc",
+            f"{name}.{subdomain}.{namespace}.svc.cluster.local",
+        ]
+        self.env = container_env(self.container)
+        self.mounts: list[tuple[Path, str, bool]] = []  # host path, container path, read-only
+
+    def security(self) -> tuple[int | None, int | None, int | None]:
+        pod = self.spec.get("securityContext") or {}
+        own = self.container.get("securityContext") or {}
+        uid = own.get("runAsUser", pod.get("runAsUser"))
+        gid = own.get("runAsGroup", pod.get("runAsGroup"))
+        return uid, gid, pod.get("fsGroup")
+
+    def ready_port(self) -> int | None:
+        probe = (self.container.get("readinessProbe") or {}).get("tcpSocket")
+        if not probe:
+            return None
+        port = probe["port"]
+        if isinstance(port, str):  # a named port
+            for p in self.container.get("ports") or []:
+                if p.get("name") == port:
+                    return int(p["containerPort"])
+            raise SimError(f"pod {self.name}: readinessProbe names port {port!r}, not declared")
+        return int(port)
+
+
+class Job:
+    """Everything an engine derives from the objects: pods, keys, files, variables."""
+
+    def __init__(self, engine: str, name: str, namespace: str):
+        self.engine = engine
+        self.name = name
+        self.namespace = namespace
+        self.workers: list[Pod] = []
+        self.launcher: Pod | None = None
+        self.key_type = ("ecdsa", "521")
+        self.key_dir = "/root/.ssh"
+        self.key_modes = {"id_rsa": 0o600, "id_rsa.pub": 0o600, "authorized_keys": 0o600}
+        self.ssh_config: str | None = None
+        self.launcher_files: dict[str, str] = {}  # container path -> content
+        self.all_files: dict[str, str] = {}
+
+
+def _one(objects: list[dict], kind: str) -> dict:
+    found = [o for o in objects if o.get("kind") == kind]
+    if len(found) != 1:
+        raise SimError(f"the overlay has {len(found)} objects of kind {kind}, not 1")
+    return found[0]
+
+
+def _volumes(pod: Pod) -> None:
+    """The pod's volumes as Docker can give them: refused when it cannot."""
+    volumes = {v["name"]: v for v in pod.spec.get("volumes") or []}
+    for mount in pod.container.get("volumeMounts") or []:
+        vol = volumes.get(mount["name"])
+        if vol is None:
+            raise SimError(f"pod {pod.name}: volumeMount {mount['name']!r} names no volume")
+        if "emptyDir" in vol and mount["mountPath"] == "/dev/shm":
+            continue  # --shm-size
+        if "persistentVolumeClaim" in vol:
+            continue  # the shared checkpoint directory
+        raise SimError(f"pod {pod.name}: volume {mount['name']!r} of this kind is not simulated")
+
+
+def plan(engine: str, objects: list[dict], workers: int) -> Job:
+    """The engine's view of the objects (with `workers` worker replicas)."""
+    if engine == "mpijob":
+        mj = _one(objects, "MPIJob")
+        spec = mj["spec"]
+        job = Job(engine, mj["metadata"]["name"], mj["metadata"].get("namespace", "default"))
+        slots = int(spec.get("slotsPerWorker", 1))
+        job.key_dir = spec.get("sshAuthMountPath", "/root/.ssh")
+        mode = 0o600 if job.key_dir == "/root/.ssh" else 0o644
+        job.key_modes = {k: mode for k in job.key_modes}
+        replicas = spec["mpiReplicaSpecs"]
+        names = [f"{job.name}-worker-{i}" for i in range(workers)]
+        job.workers = [
+            Pod(n, job.name, job.namespace, replicas["Worker"]["template"]["spec"]) for n in names
+        ]
+        job.launcher = Pod(
+            f"{job.name}-launcher",
+            job.name,
+            job.namespace,
+            replicas["Launcher"]["template"]["spec"],
+        )
+        hostfile = "".join(f"{p.aliases[1]} slots={slots}\n" for p in job.workers)
+        job.launcher_files["/etc/mpi/hostfile"] = hostfile
+        job.launcher.env.update(
+            {
+                "K_MPI_JOB_ROLE": "launcher",
+                "OMPI_MCA_orte_keep_fqdn_hostnames": "true",
+                "OMPI_MCA_orte_default_hostfile": "/etc/mpi/hostfile",
+                "OMPI_MCA_plm_rsh_args": "-o ConnectionAttempts=10",
+                "OMPI_MCA_orte_set_default_slots": str(slots),
+                "NVIDIA_VISIBLE_DEVICES": "",
+                "NVIDIA_DRIVER_CAPABILITIES": "",
+            }
+        )
+        for w in job.workers:
+            w.env["K_MPI_JOB_ROLE"] = "worker"
+    elif engine == "trainer":
+        tj = _one(objects, "TrainJob")
+        runtime = _one(objects, "ClusterTrainingRuntime")
+        job = Job(engine, tj["metadata"]["name"], tj["metadata"].get("namespace", "default"))
+        mpi = runtime["spec"]["mlPolicy"]["mpi"]
+        trainer = tj["spec"].get("trainer") or {}
+        slots = int(trainer.get("numProcPerNode", mpi.get("numProcPerNode", 1)))
+        job.key_dir = mpi.get("sshAuthMountPath", "/root/.ssh")
+        job.key_modes = {"id_rsa": 0o640, "id_rsa.pub": 0o644, "authorized_keys": 0o644}
+        jobs = {r["name"]: r for r in runtime["spec"]["template"]["spec"]["replicatedJobs"]}
+        node_spec = jobs["node"]["template"]["spec"]["template"]["spec"]
+        launcher_spec = jobs["launcher"]["template"]["spec"]["template"]["spec"]
+        job.workers = [
+            Pod(f"{job.name}-node-0-{i}", job.name, job.namespace, node_spec)
+            for i in range(workers)
+        ]
+        job.launcher = Pod(f"{job.name}-launcher-0-0", job.name, job.namespace, launcher_spec)
+        # The TrainJob's trainer goes into the launcher's container named "node".
+        for field in ("command", "args", "image"):
+            if field in trainer:
+                job.launcher.container[field] = trainer[field]
+        job.launcher.env.update({e["name"]: e.get("value", "") for e in trainer.get("env") or []})
+        hostfile = "".join(f"{p.aliases[0]} slots={slots}\n" for p in job.workers)
+        job.launcher_files["/etc/mpi/hostfile"] = hostfile
+        job.launcher.env.update(
+            {
+                "OMPI_MCA_orte_default_hostfile": "/etc/mpi/hostfile",
+                "OMPI_MCA_orte_keep_fqdn_hostnames": "true",
+                "OMPI_MCA_orte_set_default_slots": str(slots),
+                "OMPI_MCA_plm_rsh_args": "-o ConnectionAttempts=10",
+            }
+        )
+    elif engine == "volcano":
+        vj = _one(objects, "Job")
+        spec = vj["spec"]
+        job = Job(engine, vj["metadata"]["name"], vj["metadata"].get("namespace", "default"))
+        plugins = spec.get("plugins") or {}
+        mpi_args = dict(a.lstrip("-").split("=", 1) for a in plugins.get("mpi") or [])
+        master, worker = mpi_args.get("master", "master"), mpi_args.get("worker", "worker")
+        port = int(mpi_args.get("port", 22))
+        job.key_type = ("rsa", "2048")
+        ssh_args = dict(a.lstrip("-").split("=", 1) for a in plugins.get("ssh") or [] if "=" in a)
+        job.key_dir = ssh_args.get("ssh-key-file-path", "/root/.ssh")
+        mode = 0o600 if job.key_dir == "/root/.ssh" else 0o644
+        job.key_modes = {k: mode for k in job.key_modes} | {"config": mode}
+        tasks = {t["name"]: t for t in spec["tasks"]}
+        if master not in tasks or worker not in tasks:
+            raise SimError(f"the mpi plugin names tasks {master!r} and {worker!r}: not both there")
+        job.workers = [
+            Pod(
+                f"{job.name}-{worker}-{i}",
+                job.name,
+                job.namespace,
+                tasks[worker]["template"]["spec"],
+            )
+            for i in range(workers)
+        ]
+        job.launcher = Pod(
+            f"{job.name}-{master}-0", job.name, job.namespace, tasks[master]["template"]["spec"]
+        )
+        pods = {worker: job.workers, master: [job.launcher]}
+        env = {}
+        for task, members in pods.items():
+            hosts = [p.aliases[0] for p in members]
+            job.all_files[f"/etc/volcano/{task}.host"] = "\n".join(hosts)
+            key = task.upper().replace("-", "_")
+            env[f"VC_{key}_HOSTS"] = ",".join(hosts)
+            env[f"VC_{key}_NUM"] = str(len(hosts))
+        for p in [*job.workers, job.launcher]:
+            p.env.update(env)
+        job.launcher.env["MPI_HOST"] = ",".join(p.aliases[0] for p in job.workers)
+        job.ssh_config = "StrictHostKeyChecking no\nUserKnownHostsFile /dev/null\n" + "".join(
+            f"Host {p.name}\n  HostName {p.aliases[0]}\n  Port {port}\n"
+            for p in [*job.workers, job.launcher]
+        )
+    else:
+        raise SimError(f"engine {engine!r}: use one of {', '.join(ENGINES)}")
+    for pod in [*job.workers, job.launcher]:
+        _volumes(pod)
+        limits = (pod.container.get("resources") or {}).get("limits") or {}
+        devices = [k for k in limits if "/" in k]
+        if devices:
+            raise SimError(f"pod {pod.name} asks for {', '.join(devices)}: not simulated here")
+    return job
+
+
+def docker_args(pod: Pod) -> tuple[list[str], list[str]]:
+    """(--entrypoint options, image arguments) with Kubernetes' semantics: `command` replaces the
+    image's ENTRYPOINT, `args` its CMD; $(VAR) references expanded from the container's env."""
+    command = [expand(c, pod.env) for c in pod.container.get("command") or []]
+    args = [expand(a, pod.env) for a in pod.container.get("args") or []]
+    if command:
+        return ["--entrypoint", command[0]], [*command[1:], *args]
+    return [], args
+
+
+def shm_size(pod: Pod) -> str:
+    volumes = {v["name"]: v for v in pod.spec.get("volumes") or []}
+    for mount in pod.container.get("volumeMounts") or []:
+        vol = volumes[mount["name"]]
+        if mount["mountPath"] == "/dev/shm" and "emptyDir" in vol:
+            size = vol["emptyDir"].get("sizeLimit", "1Gi")
+            return size.replace("Gi", "g").replace("Mi", "m")
+    return "64m"  # the runtime's default, as in a pod without the emptyDir
+
+
+# --- running it ------------------------------------------------------------------------------
+
+
+class Sim:
+    def __init__(self, job: Job, image: str, docker: str, work: Path, label: str | None = None):
+        self.job = job
+        self.image = image
+        self.docker = docker
+        self.work = work
+        self.tag = f"k8s-sim-{uuid.uuid4().hex[:8]}"
+        self.label = label or self.tag  # every container and the network carry k8s-sim=<label>
+        self.network = self.tag
+        self.containers: list[str] = []
+        self.launcher_lines: list[str] = []
+        self.first_step = threading.Event()
+
+    def d(self, *args: str, timeout: float = 120, check: bool = True) -> str:
+        try:
+            done = subprocess.run(
+                [self.docker, *args], capture_output=True, text=True, timeout=timeout, check=False
+            )
+        except subprocess.TimeoutExpired:
+            raise SimError(f"docker {args[0]} took more than {timeout:.0f} s") from None
+        if check and done.returncode != 0:
+            raise SimError(f"docker {' '.join(args[:2])} failed: {done.stderr.strip()[-600:]}")
+        return done.stdout
+
+    def make_files(self) -> None:
+        """The Secret (a world-writable directory of the engine's files, mounted read-only),
+        the launcher's and every pod's files, the shared claim."""
+        secret = self.work / "secret"
+        secret.mkdir()
+        kind, bits = self.job.key_type
+        key = secret / "id_rsa"
+        subprocess.run(
+            [
+                "ssh-keygen",
+                "-q",
+                "-t",
+                kind,
+                "-b",
+                bits,
+                "-m",
+                "PEM",
+                "-N",
+                "",
+                "-C",
+                "",
+                "-f",
+                str(key),
+            ],
+            check=True,
+            timeout=60,
+        )
+        shutil.copy(secret / "id_rsa.pub", secret / "authorized_keys")
+        if self.job.ssh_config is not None:
+            (secret / "config").write_text(self.job.ssh_config)
+        uid, gid, fs_group = self.job.workers[0].security()
+        for name, mode in self.job.key_modes.items():
+            os.chown(secret / name, 0, fs_group if fs_group is not None else 0)
+            os.chmod(secret / name, mode)
+        os.chmod(secret, 0o1777)
+        claim = self.work / "claim"
+        claim.mkdir()
+        os.chmod(claim, 0o777)  # fsGroup's group-writable volume, for root and uid 1000 alike
+        for n, (path, text) in enumerate({**self.job.launcher_files, **self.job.all_files}.items()):
+            host = self.work / f"file-{n}"
+            host.write_text(text)
+            os.chmod(host, 0o444)
+            pods = [self.job.launcher] if path in self.job.launcher_files else self.all_pods()
+            for p in pods:
+                p.mounts.append((host, path, True))
+        for p in self.all_pods():
+            p.mounts.append((secret, self.job.key_dir, True))
+            mounts = p.container.get("volumeMounts") or []
+            volumes = {v["name"]: v for v in p.spec.get("volumes") or []}
+            for m in mounts:
+                if "persistentVolumeClaim" in volumes[m["name"]]:
+                    p.mounts.append((claim, m["mountPath"], bool(m.get("readOnly"))))
+
+    def all_pods(self) -> list[Pod]:
+        return [*self.job.workers, self.job.launcher]
+
+    def start(self, pod: Pod) -> str:
+        name = f"{self.tag}-{pod.name}"
+        uid, gid, fs_group = pod.security()
+        opts = ["run", "-d", "--name", name, "--hostname", pod.name, "--network", self.network]
+        opts += ["--label", f"k8s-sim={self.label}", "--shm-size", shm_size(pod)]
+        for alias in pod.aliases:
+            opts += ["--network-alias", alias]
+        if uid is not None:
+            opts += ["--user", f"{uid}:{gid if gid is not None else uid}"]
+        if fs_group is not None:
+            opts += ["--group-add", str(fs_group)]
+        caps = ((pod.container.get("securityContext") or {}).get("capabilities") or {}).get("add")
+        for cap in caps or []:
+            opts += ["--cap-add", cap]
+        for key, value in pod.env.items():
+            opts += ["-e", f"{key}={value}"]
+        for host, path, ro in pod.mounts:
+            opts += ["-v", f"{host}:{path}{':ro' if ro else ''}"]
+        entry, args = docker_args(pod)
+        self.containers.append(name)  # recorded first: removed even if it never starts
+        self.d(*opts, *entry, self.image, *args)
+        return name
+
+    def running(self, name: str) -> bool:
+        return self.d("inspect", "-f", "{{.State.Running}}", name, check=False).strip() == "true"
+
+    def wait_ready(self, pod: Pod, name: str, deadline: float) -> None:
+        """The readinessProbe: a TCP connection to its port, from inside the pod."""
+        port = pod.ready_port()
+        if port is None:
+            return  # no probe: Ready once started
+        probe = f"exec 3<>/dev/tcp/127.0.0.1/{port}"
+        while time.monotonic() < deadline:
+            if not self.running(name):
+                logs = self.d("logs", "--tail", "20", name, check=False)
+                raise SimError(f"worker {pod.name} exited before it was Ready: {logs.strip()}")
+            probe_run = ["exec", name, "bash", "-c", probe]
+            if (
+                subprocess.run(
+                    [self.docker, *probe_run], capture_output=True, check=False
+                ).returncode
+                == 0
+            ):
+                return
+            time.sleep(0.5)
+        raise SimError(f"worker {pod.name} was not Ready (port {port}) in time")
+
+    def follow(self, name: str) -> threading.Thread:
+        def pump() -> None:
+            proc = subprocess.Popen(
+                [self.docker, "logs", "-f", name],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                errors="replace",
+            )
+            for line in proc.stdout:
+                self.launcher_lines.append(line)
+                print(f"[launcher] {line}", end="", flush=True)
+                if FIRST_STEP.search(line):
+                    self.first_step.set()
+            proc.wait()
+
+        t = threading.Thread(target=pump, daemon=True)
+        t.start()
+        return t
+
+    def cleanup(self) -> None:
+        for name in reversed(self.containers):
+            self.d("rm", "-f", name, check=False, timeout=60)
+        self.d("network", "rm", self.network, check=False, timeout=60)
+
+
+def run(
+    job: Job,
+    image: str,
+    docker: str,
+    timeout: float,
+    kill_worker: int | None,
+    label: str | None = None,
+) -> dict:
+    start = time.monotonic()
+    deadline = start + timeout
+    result: dict = {"engine": job.engine, "job": job.name, "workers": [p.name for p in job.workers]}
+    with tempfile.TemporaryDirectory(prefix="k8s-sim-") as tmp:
+        sim = Sim(job, image, docker, Path(tmp), label)
+        try:
+            sim.make_files()
+            sim.d("network", "create", "--label", f"k8s-sim={sim.label}", sim.network)
+            names = [sim.start(p) for p in job.workers]
+            for pod, name in zip(job.workers, names, strict=True):
+                sim.wait_ready(pod, name, deadline)
+            say(f"{len(names)} worker(s) Ready in {time.monotonic() - start:.1f} s; the launcher")
+            launcher = sim.start(job.launcher)
+            pump = sim.follow(launcher)
+            killed_at = None
+            while sim.running(launcher):
+                if time.monotonic() > deadline:
+                    say(f"the job ran past --timeout {timeout:.0f} s")
+                    result["exit_code"] = 124
+                    return result
+                if kill_worker is not None and killed_at is None and sim.first_step.is_set():
+                    sim.d("kill", names[kill_worker])
+                    killed_at = time.monotonic()
+                    say(f"killed worker {job.workers[kill_worker].name}")
+                time.sleep(0.2)
+            code = int(sim.d("inspect", "-f", "{{.State.ExitCode}}", launcher).strip())
+            pump.join(10)
+            result["exit_code"] = code
+            if kill_worker is not None:
+                if killed_at is None:
+                    raise SimError("the launcher ended before a rank's first step: nothing killed")
+                result["seconds_after_kill"] = round(time.monotonic() - killed_at, 1)
+            # The engine's clean-up: workers still running are deleted now the launcher ended.
+            result["workers_running_at_end"] = [
+                p.name for p, n in zip(job.workers, names, strict=True) if sim.running(n)
+            ]
+            return result
+        finally:
+            out = "".join(sim.launcher_lines)
+            result["launcher_output"] = out
+            # Where the ranks ran: a job that silently collapsed onto one node shows here.
+            ranks = {int(r): (int(n), h) for r, n, h in RANK_LINE.findall(out)}
+            result["world_sizes"] = sorted({n for n, _ in ranks.values()})
+            result["rank_hosts"] = {str(r): h for r, (_, h) in sorted(ranks.items())}
+            result["seconds"] = round(time.monotonic() - start, 1)
+            sim.cleanup()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--engine", required=True, choices=ENGINES)
+    p.add_argument("--overlay", type=Path, default=None, help="default: overlays/<engine>-cpu")
+    p.add_argument("--workers", type=int, default=2, help=f"worker replicas, 1 to {MAX_WORKERS}")
+    p.add_argument("--image", default=os.environ.get("BYOC_IMAGE", "pytorch-horovod:cpu"))
+    p.add_argument(
+        "--extra-arg",
+        action="append",
+        default=[],
+        help="appended to the launcher's args (e.g. the example's --fail-on-rank=1)",
+    )
+    p.add_argument("--kill-worker", type=int, default=None, help="kill worker I mid-job")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds for the whole job")
+    p.add_argument("--json", type=Path, default=None, help="write the result here too")
+    p.add_argument(
+        "--label", default=None, help="k8s-sim=LABEL on everything it makes (default: its own)"
+    )
+    args = p.parse_args(argv)
+    if not 1 <= args.workers <= MAX_WORKERS:
+        p.error(f"--workers must be 1 to {MAX_WORKERS}")
+    if args.kill_worker is not None and not 0 <= args.kill_worker < args.workers:
+        p.error(f"--kill-worker must name a worker, 0 to {args.workers - 1}")
+    if args.label is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}", args.label):
+        p.error("--label: letters, digits, '_', '.' and '-', at most 63")
+    if not 10 <= args.timeout <= 7200:
+        p.error("--timeout must be 10 to 7200 seconds")
+    overlay = args.overlay or DEFAULT_OVERLAY[args.engine]
+    docker = os.environ.get("DOCKER", "docker")
+    try:
+        if not (overlay / "kustomization.yaml").is_file():
+            raise SimError(f"--overlay {overlay}: no kustomization.yaml there")
+        objects = k8s_validate.render(overlay)
+        errors = k8s_validate.validate_objects(objects)
+        if errors:
+            raise SimError(f"{overlay} does not validate: " + "; ".join(errors[:5]))
+        job = plan(args.engine, objects, args.workers)
+        if args.extra_arg:
+            job.launcher.container["args"] = [
+                *job.launcher.container.get("args", []),
+                *args.extra_arg,
+            ]
+        say(f"{args.engine}: job {job.name}, {args.workers} worker(s), image {args.image}")
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # finally: blocks still clean up
+        result = run(job, args.image, docker, args.timeout, args.kill_worker, args.label)
+    except SimError as exc:
+        say(f"error: {exc}")
+        return 1
+    except KeyboardInterrupt:
+        say("interrupted; cleaned up")
+        return 130
+    summary = {k: v for k, v in result.items() if k != "launcher_output"}
+    say(json.dumps(summary))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    return int(result["exit_code"])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

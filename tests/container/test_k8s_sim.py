@@ -1,0 +1,120 @@
+"""The Kubernetes manifests run as their engines run them (scripts/k8s_sim.py): the MPI
+Operator's MPIJob, Kubeflow Trainer's TrainJob and Volcano's Job, each on 2 workers of the cpu
+image with the engine's keys, files, names and variables, the commands read from the YAML. Each
+job must really span both workers (world size 2, one rank on each: no silent collapse onto one
+node), a failing rank must fail the launcher with its cause, and a worker killed mid-job must
+end the job within a bound."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.container.conftest import ROOT, RUN_ID
+
+SIM = ROOT / "scripts" / "k8s_sim.py"
+ENGINES = ("mpijob", "trainer", "volcano")
+# The job's own bound; a lost node must end it long before.
+TIMEOUT = 240
+KILL_BOUND = 60
+
+
+@pytest.fixture
+def sim(client, image, tmp_path):
+    label = f"test-{RUN_ID}-{os.getpid()}"
+
+    def run(engine: str, *extra: str, overlay: str | None = None) -> tuple[int, dict]:
+        out = tmp_path / f"{engine}.json"
+        cmd = [sys.executable, str(SIM), "--engine", engine, "--label", label, "--json", str(out)]
+        cmd += ["--image", image.tags[0] if image.tags else image.id, "--timeout", str(TIMEOUT)]
+        if overlay:
+            cmd += ["--overlay", str(ROOT / "deploy" / "kubernetes" / "overlays" / overlay)]
+        done = subprocess.run(
+            [*cmd, *extra], capture_output=True, text=True, timeout=TIMEOUT + 120, check=False
+        )
+        assert out.exists(), f"no result: {done.stderr[-2000:]}"
+        return done.returncode, json.loads(out.read_text())
+
+    yield run
+    # Whatever happened, nothing of the simulation is left (the script removes it too).
+    flt = {"label": f"k8s-sim={label}"}
+    leftover = client.containers.list(all=True, filters=flt)
+    for c in leftover:
+        c.remove(force=True)
+    for n in client.networks.list(filters=flt):
+        n.remove()
+    assert not leftover, f"k8s_sim.py left containers: {[c.name for c in leftover]}"
+
+
+def spans_both_workers(result: dict) -> None:
+    assert result["world_sizes"] == [2], result["launcher_output"][-3000:]
+    assert sorted(result["rank_hosts"].values()) == sorted(result["workers"]), result["rank_hosts"]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_engine_runs_the_example_across_both_workers(sim, engine):
+    code, result = sim(engine)
+    assert code == 0 == result["exit_code"], result["launcher_output"][-3000:]
+    spans_both_workers(result)
+    assert "saved /opt/ml/checkpoints/model/model.pt" in result["launcher_output"]
+
+
+def test_mpijob_as_uid_1000_on_port_2222(sim):
+    code, result = sim("mpijob", overlay="mpijob-cpu-nonroot")
+    assert code == 0, result["launcher_output"][-3000:]
+    spans_both_workers(result)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_failing_rank_fails_the_launcher_with_its_cause(sim, engine):
+    code, result = sim(engine, "--extra-arg=--fail-on-rank=1")
+    assert code != 0 and code == result["exit_code"]
+    assert "deliberate failure on rank 1" in result["launcher_output"]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_killed_worker_ends_the_job(sim, engine):
+    # Long enough to be running when the worker goes: 100 epochs, a second's pause each.
+    code, result = sim(engine, "--extra-arg=--epochs=100", "--extra-arg=--epoch-sleep=1",
+                       "--kill-worker", "1")  # fmt: skip
+    assert code not in (0, 124), result["launcher_output"][-3000:]
+    assert result["seconds_after_kill"] < KILL_BOUND
+
+
+def test_engine_ssh_settings_apply_only_under_a_read_only_key_mount(containers, tmp_path):
+    """The image's client drop-in trusts the mounted job key as every worker's host key only
+    where an engine mounted it (read-only); a person's own ~/.ssh keeps ssh's usual checks.
+    The baked sshd configuration is valid for root and for uid 1000."""
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ecdsa", "-b", "521", "-N", "", "-f", str(keys / "id_rsa")],
+        check=True,
+    )
+    probe = ["-c", "ssh -G worker-0 | grep -i '^knownhostscommand' || echo none"]
+    mount = {"bind": "/root/.ssh", "mode": "ro"}
+    code, out = containers.run(
+        probe, entrypoint="/bin/bash", volumes={str(keys): mount}, timeout=60
+    )
+    assert code == 0 and "id_rsa.pub" in out, out
+    mount["mode"] = "rw"
+    code, out = containers.run(
+        probe, entrypoint="/bin/bash", volumes={str(keys): mount}, timeout=60
+    )
+    assert code == 0 and "knownhostscommand" not in out.lower(), out
+    # sshd as the engines start it, with the job key as its only host key.
+    theirs = tmp_path / "mpiuser"
+    shutil.copytree(keys, theirs)
+    for f in [theirs, *theirs.iterdir()]:
+        os.chown(f, 1000, 1000)
+    for user, home, key_dir in (("root", "/root", keys), ("mpiuser", "/home/mpiuser", theirs)):
+        mount = {str(key_dir): {"bind": f"{home}/.ssh", "mode": "ro"}}
+        code, out = containers.run(
+            ["-t"], entrypoint="/usr/sbin/sshd", user=user, volumes=mount, timeout=60
+        )
+        assert code == 0, f"{user}: {out}"

@@ -1,0 +1,108 @@
+"""scripts/k8s_sim.py's pure parts: what each engine derives from the rendered overlays (names,
+hostfiles, variables, key modes), Kubernetes' command/args semantics, and what it refuses. The
+runs themselves are tests/container/test_k8s_sim.py."""
+
+from __future__ import annotations
+
+import k8s_sim
+import k8s_validate
+import pytest
+
+OVERLAYS = k8s_validate.OVERLAYS_DIR
+
+
+def planned(engine: str, overlay: str | None = None, workers: int = 2) -> k8s_sim.Job:
+    objects = k8s_validate.render(OVERLAYS / (overlay or f"{engine}-cpu"))
+    return k8s_sim.plan(engine, objects, workers)
+
+
+def test_mpijob_is_laid_out_as_the_operator_lays_it_out():
+    job = planned("mpijob")
+    assert [p.name for p in job.workers] == ["pytorch-horovod-worker-0", "pytorch-horovod-worker-1"]
+    assert job.launcher_files["/etc/mpi/hostfile"] == (
+        "pytorch-horovod-worker-0.pytorch-horovod.default.svc slots=1\n"
+        "pytorch-horovod-worker-1.pytorch-horovod.default.svc slots=1\n"
+    )
+    env = job.launcher.env
+    assert env["OMPI_MCA_orte_keep_fqdn_hostnames"] == "true"
+    assert env["OMPI_MCA_orte_default_hostfile"] == "/etc/mpi/hostfile"
+    assert env["OMPI_MCA_plm_rsh_args"] == "-o ConnectionAttempts=10"
+    assert job.key_dir == "/root/.ssh" and set(job.key_modes.values()) == {0o600}
+    assert job.key_type == ("ecdsa", "521")
+    # The worker's command is the YAML's, with Kubernetes' meaning: command replaces ENTRYPOINT.
+    assert k8s_sim.docker_args(job.workers[0]) == (["--entrypoint", "/usr/sbin/sshd"], ["-De"])
+    assert job.workers[0].ready_port() == 22
+    assert "pytorch-horovod-worker-1.pytorch-horovod.default.svc" in job.workers[1].aliases
+
+
+def test_mpijob_nonroot_keys_are_0644_in_the_users_home_and_sshd_listens_on_2222():
+    job = planned("mpijob", "mpijob-cpu-nonroot")
+    assert job.key_dir == "/home/mpiuser/.ssh" and set(job.key_modes.values()) == {0o644}
+    assert job.workers[0].security() == (1000, 1000, 1000)
+    assert k8s_sim.docker_args(job.workers[0])[1] == ["-De", "-p", "2222"]
+    assert job.workers[0].ready_port() == 2222
+
+
+def test_trainer_puts_the_trainjobs_command_in_the_runtimes_launcher():
+    job = planned("trainer")
+    assert [p.name for p in job.workers] == ["pytorch-horovod-node-0-0", "pytorch-horovod-node-0-1"]
+    assert job.launcher.name == "pytorch-horovod-launcher-0-0"
+    entry, args = k8s_sim.docker_args(job.launcher)
+    assert entry == ["--entrypoint", "horovodrun"] and "/etc/mpi/hostfile" in args
+    assert job.launcher_files["/etc/mpi/hostfile"].splitlines() == [
+        "pytorch-horovod-node-0-0.pytorch-horovod slots=1",
+        "pytorch-horovod-node-0-1.pytorch-horovod slots=1",
+    ]
+    assert job.key_modes == {"id_rsa": 0o640, "id_rsa.pub": 0o644, "authorized_keys": 0o644}
+
+
+def test_volcano_writes_the_svc_and_ssh_plugins_files_and_mpi_host():
+    job = planned("volcano", workers=3)
+    hosts = [f"pytorch-horovod-worker-{i}.pytorch-horovod" for i in range(3)]
+    assert job.all_files["/etc/volcano/worker.host"] == "\n".join(hosts)
+    assert job.launcher.env["MPI_HOST"] == ",".join(hosts)
+    assert job.workers[0].env["VC_WORKER_NUM"] == "3"
+    assert job.workers[0].env["VC_LAUNCHER_HOSTS"] == "pytorch-horovod-launcher-0.pytorch-horovod"
+    assert "StrictHostKeyChecking no" in job.ssh_config and job.key_type == ("rsa", "2048")
+
+
+@pytest.mark.parametrize("overlay", ["mpijob-gpu", "trainer-gpu-efa", "volcano-gpu"])
+def test_devices_are_refused_not_faked(overlay):
+    engine = overlay.split("-")[0]
+    with pytest.raises(k8s_sim.SimError, match="not simulated"):
+        planned(engine, overlay)
+
+
+@pytest.mark.parametrize(
+    ("text", "env", "expected"),
+    [
+        ("--nnodes=$(WORLD_SIZE)", {"WORLD_SIZE": "2"}, "--nnodes=2"),
+        ("$(UNKNOWN)", {}, "$(UNKNOWN)"),
+        ("$$(WORLD_SIZE)", {"WORLD_SIZE": "2"}, "$(WORLD_SIZE)"),
+    ],
+)
+def test_variable_references_expand_as_kubernetes_expands_them(text, env, expected):
+    assert k8s_sim.expand(text, env) == expected
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--engine", "mpijob", "--workers", "0"], "--workers must be 1 to"),
+        (["--engine", "mpijob", "--kill-worker", "2"], "--kill-worker must name a worker"),
+        (["--engine", "mpijob", "--label", "a b"], "--label"),
+        (["--engine", "mpijob", "--timeout", "1"], "--timeout"),
+        (["--engine", "k8s"], "invalid choice"),
+    ],
+)
+def test_bad_arguments_exit_2_before_anything_is_made(argv, says, capsys, monkeypatch):
+    monkeypatch.setattr(k8s_sim, "run", lambda *a, **k: pytest.fail("ran"))
+    with pytest.raises(SystemExit) as exc:
+        k8s_sim.main(argv)
+    assert exc.value.code == 2 and says in capsys.readouterr().err
+
+
+def test_an_overlay_that_does_not_validate_is_refused(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(k8s_sim, "run", lambda *a, **k: pytest.fail("ran"))
+    assert k8s_sim.main(["--engine", "mpijob", "--overlay", str(tmp_path)]) == 1
+    assert "no kustomization.yaml" in capsys.readouterr().err
