@@ -49,10 +49,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import k8s_validate  # noqa: E402
+import yaml  # noqa: E402
 
 ENGINES = ("mpijob", "trainer", "volcano")
 DEFAULT_OVERLAY = {e: k8s_validate.OVERLAYS_DIR / f"{e}-cpu" for e in ENGINES}
 MAX_WORKERS = 8
+# Capabilities a pod may add here (memlock for EFA's registered memory); anything else refused.
+ALLOWED_CAPS = {"IPC_LOCK"}
+IMAGE_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}")
+SIZE = re.compile(r"(\d{1,12})(Ki|Mi|Gi)?")
 FIRST_STEP = re.compile(r"rank \d+: first step done")
 # The example's first line per rank: "rank 0/2 local_rank 0 on <hostname> ...".
 RANK_LINE = re.compile(r"rank (\d+)/(\d+) local_rank \d+ on (\S+)")
@@ -141,6 +146,17 @@ class Job:
         self.ssh_config: str | None = None
         self.launcher_files: dict[str, str] = {}  # container path -> content
         self.all_files: dict[str, str] = {}
+
+
+def plugin_args(plugins: dict, name: str) -> dict[str, str]:
+    """A Volcano plugin's ["--key=value", ...] as a mapping; anything else is refused."""
+    found = {}
+    for arg in plugins.get(name) or []:
+        if not isinstance(arg, str) or not arg.startswith("--") or "=" not in arg:
+            raise SimError(f"the {name} plugin's argument {arg!r} is not --key=value")
+        key, value = arg[2:].split("=", 1)
+        found[key] = value
+    return found
 
 
 def _one(objects: list[dict], kind: str) -> dict:
@@ -237,11 +253,13 @@ def plan(engine: str, objects: list[dict], workers: int) -> Job:
         spec = vj["spec"]
         job = Job(engine, vj["metadata"]["name"], vj["metadata"].get("namespace", "default"))
         plugins = spec.get("plugins") or {}
-        mpi_args = dict(a.lstrip("-").split("=", 1) for a in plugins.get("mpi") or [])
+        mpi_args = plugin_args(plugins, "mpi")
         master, worker = mpi_args.get("master", "master"), mpi_args.get("worker", "worker")
-        port = int(mpi_args.get("port", 22))
+        port = mpi_args.get("port", "22")
+        if not port.isdigit():
+            raise SimError(f"the mpi plugin's --port={port!r} is no port number")
         job.key_type = ("rsa", "2048")
-        ssh_args = dict(a.lstrip("-").split("=", 1) for a in plugins.get("ssh") or [] if "=" in a)
+        ssh_args = plugin_args(plugins, "ssh")
         job.key_dir = ssh_args.get("ssh-key-file-path", "/root/.ssh")
         mode = 0o600 if job.key_dir == "/root/.ssh" else 0o644
         job.key_modes = {k: mode for k in job.key_modes} | {"config": mode}
@@ -279,6 +297,10 @@ def plan(engine: str, objects: list[dict], workers: int) -> Job:
         raise SimError(f"engine {engine!r}: use one of {', '.join(ENGINES)}")
     for pod in [*job.workers, job.launcher]:
         _volumes(pod)
+        caps = ((pod.container.get("securityContext") or {}).get("capabilities") or {}).get("add")
+        extra = sorted(set(caps or []) - ALLOWED_CAPS)
+        if extra:
+            raise SimError(f"pod {pod.name} adds capabilities {', '.join(extra)}: not simulated")
         limits = (pod.container.get("resources") or {}).get("limits") or {}
         devices = [k for k in limits if "/" in k]
         if devices:
@@ -301,8 +323,12 @@ def shm_size(pod: Pod) -> str:
     for mount in pod.container.get("volumeMounts") or []:
         vol = volumes[mount["name"]]
         if mount["mountPath"] == "/dev/shm" and "emptyDir" in vol:
-            size = vol["emptyDir"].get("sizeLimit", "1Gi")
-            return size.replace("Gi", "g").replace("Mi", "m")
+            size = str(vol["emptyDir"].get("sizeLimit", "1Gi"))
+            m = SIZE.fullmatch(size)
+            if not m:
+                raise SimError(f"pod {pod.name}: /dev/shm sizeLimit {size!r} is not simulated")
+            unit = {"Ki": "k", "Mi": "m", "Gi": "g", None: "b"}[m.group(2)]
+            return m.group(1) + unit
     return "64m"  # the runtime's default, as in a pod without the emptyDir
 
 
@@ -321,6 +347,7 @@ class Sim:
         self.containers: list[str] = []
         self.launcher_lines: list[str] = []
         self.first_step = threading.Event()
+        self.follower: subprocess.Popen | None = None
 
     def d(self, *args: str, timeout: float = 120, check: bool = True) -> str:
         try:
@@ -328,46 +355,25 @@ class Sim:
                 [self.docker, *args], capture_output=True, text=True, timeout=timeout, check=False
             )
         except subprocess.TimeoutExpired:
+            if not check:
+                return ""
             raise SimError(f"docker {args[0]} took more than {timeout:.0f} s") from None
         if check and done.returncode != 0:
             raise SimError(f"docker {' '.join(args[:2])} failed: {done.stderr.strip()[-600:]}")
         return done.stdout
 
     def make_files(self) -> None:
-        """The Secret (a world-writable directory of the engine's files, mounted read-only),
-        the launcher's and every pod's files, the shared claim."""
-        secret = self.work / "secret"
-        secret.mkdir()
+        """The Secret (one key pair; in each pod a world-writable directory of the engine's
+        files, root-owned with the pod's fsGroup as their group, mounted read-only), the
+        launcher's and every pod's files, the shared claim."""
+        keys = self.work / "keys"
+        keys.mkdir()
         kind, bits = self.job.key_type
-        key = secret / "id_rsa"
-        subprocess.run(
-            [
-                "ssh-keygen",
-                "-q",
-                "-t",
-                kind,
-                "-b",
-                bits,
-                "-m",
-                "PEM",
-                "-N",
-                "",
-                "-C",
-                "",
-                "-f",
-                str(key),
-            ],
-            check=True,
-            timeout=60,
-        )
-        shutil.copy(secret / "id_rsa.pub", secret / "authorized_keys")
+        keygen = ["ssh-keygen", "-q", "-t", kind, "-b", bits, "-m", "PEM", "-N", "", "-C", ""]
+        subprocess.run([*keygen, "-f", str(keys / "id_rsa")], check=True, timeout=60)
+        shutil.copy(keys / "id_rsa.pub", keys / "authorized_keys")
         if self.job.ssh_config is not None:
-            (secret / "config").write_text(self.job.ssh_config)
-        uid, gid, fs_group = self.job.workers[0].security()
-        for name, mode in self.job.key_modes.items():
-            os.chown(secret / name, 0, fs_group if fs_group is not None else 0)
-            os.chmod(secret / name, mode)
-        os.chmod(secret, 0o1777)
+            (keys / "config").write_text(self.job.ssh_config)
         claim = self.work / "claim"
         claim.mkdir()
         os.chmod(claim, 0o777)  # fsGroup's group-writable volume, for root and uid 1000 alike
@@ -378,7 +384,15 @@ class Sim:
             pods = [self.job.launcher] if path in self.job.launcher_files else self.all_pods()
             for p in pods:
                 p.mounts.append((host, path, True))
-        for p in self.all_pods():
+        for n, p in enumerate(self.all_pods()):
+            secret = self.work / f"secret-{n}"
+            secret.mkdir()
+            fs_group = p.security()[2]
+            for name, mode in self.job.key_modes.items():
+                shutil.copy(keys / name, secret / name)
+                os.chown(secret / name, 0, fs_group if fs_group is not None else 0)
+                os.chmod(secret / name, mode)
+            os.chmod(secret, 0o1777)
             p.mounts.append((secret, self.job.key_dir, True))
             mounts = p.container.get("volumeMounts") or []
             volumes = {v["name"]: v for v in p.spec.get("volumes") or []}
@@ -401,7 +415,7 @@ class Sim:
         if fs_group is not None:
             opts += ["--group-add", str(fs_group)]
         caps = ((pod.container.get("securityContext") or {}).get("capabilities") or {}).get("add")
-        for cap in caps or []:
+        for cap in sorted(set(caps or []) & ALLOWED_CAPS):
             opts += ["--cap-add", cap]
         for key, value in pod.env.items():
             opts += ["-e", f"{key}={value}"]
@@ -426,19 +440,20 @@ class Sim:
                 logs = self.d("logs", "--tail", "20", name, check=False)
                 raise SimError(f"worker {pod.name} exited before it was Ready: {logs.strip()}")
             probe_run = ["exec", name, "bash", "-c", probe]
-            if (
-                subprocess.run(
-                    [self.docker, *probe_run], capture_output=True, check=False
-                ).returncode
-                == 0
-            ):
+            try:
+                done = subprocess.run(
+                    [self.docker, *probe_run], capture_output=True, check=False, timeout=10
+                )
+            except subprocess.TimeoutExpired:
+                continue
+            if done.returncode == 0:
                 return
             time.sleep(0.5)
         raise SimError(f"worker {pod.name} was not Ready (port {port}) in time")
 
     def follow(self, name: str) -> threading.Thread:
         def pump() -> None:
-            proc = subprocess.Popen(
+            proc = self.follower = subprocess.Popen(
                 [self.docker, "logs", "-f", name],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
@@ -457,6 +472,8 @@ class Sim:
         return t
 
     def cleanup(self) -> None:
+        if self.follower is not None and self.follower.poll() is None:
+            self.follower.kill()
         for name in reversed(self.containers):
             self.d("rm", "-f", name, check=False, timeout=60)
         self.d("network", "rm", self.network, check=False, timeout=60)
@@ -545,12 +562,20 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--label: letters, digits, '_', '.' and '-', at most 63")
     if not 10 <= args.timeout <= 7200:
         p.error("--timeout must be 10 to 7200 seconds")
+    if not IMAGE_REF.fullmatch(args.image):
+        p.error(f"--image {args.image!r} is not an image reference")
+    if os.geteuid() != 0:
+        # The Secret's files are root-owned with the pods' fsGroup, as the engines mount them.
+        p.error("run it as root: it lays out the engines' Secret files root-owned")
     overlay = args.overlay or DEFAULT_OVERLAY[args.engine]
     docker = os.environ.get("DOCKER", "docker")
     try:
         if not (overlay / "kustomization.yaml").is_file():
             raise SimError(f"--overlay {overlay}: no kustomization.yaml there")
-        objects = k8s_validate.render(overlay)
+        try:
+            objects = k8s_validate.render(overlay)
+        except (k8s_validate.RenderError, OSError, yaml.YAMLError) as exc:
+            raise SimError(f"{overlay} does not render: {exc}") from None
         errors = k8s_validate.validate_objects(objects)
         if errors:
             raise SimError(f"{overlay} does not validate: " + "; ".join(errors[:5]))

@@ -42,7 +42,9 @@ HOST_KEY_KINDS = ("ed25519", "rsa")
 CLIENT_DROPIN = Path("/etc/ssh/ssh_config.d/00-byoc-job.conf")
 SSHD_DROPIN = Path("/etc/ssh/sshd_config.d/00-byoc-job.conf")
 # Written at build time, for the sshd and ssh that Kubernetes engines start in place of our
-# ENTRYPOINT (write_engine_config). Read after ours above, so a job of ours keeps its values.
+# ENTRYPOINT (write_engine_config). A job of ours that runs the distribution's sshd (SageMaker
+# SDK v3) removes the sshd one first (write_sshd_dropin): its SetEnv would win over the
+# environment the SDK's driver hands on, and its HostKey would add to ours.
 ENGINE_SSHD_DROPIN = Path("/etc/ssh/sshd_config.d/50-byoc-engines.conf")
 ENGINE_CLIENT_DROPIN = Path("/etc/ssh/ssh_config.d/50-byoc-engines.conf")
 # Where the MPI Operator, Kubeflow Trainer and Volcano mount the job's key pair: ~/.ssh of the
@@ -265,11 +267,13 @@ def engine_client_text() -> str:
     key is that key (engine_sshd_settings), so a host is known when it proves it holds it:
     checked strictly, nothing written to the read-only ~/.ssh, no StrictHostKeyChecking=no."""
     home_key = ENGINE_KEY.replace("~", "%d") + ".pub"
-    # Only under an engine's mount (a Secret volume: read-only): a person's own ~/.ssh keeps
-    # ssh's usual questions.
+    # Only under an engine's mount: a Secret volume (read-only) whose authorized_keys is the
+    # job key itself, as all three engines write it; a person's own ~/.ssh keeps ssh's usual
+    # questions, mounted read-only or not.
+    keys = home_key.replace("id_rsa.pub", "authorized_keys")
     return "\n".join(
         [
-            f'Match exec "test -r {home_key} -a ! -w %d/.ssh"',
+            f'Match exec "test -r {home_key} -a ! -w %d/.ssh && cmp -s {home_key} {keys}"',
             f"    KnownHostsCommand /usr/bin/awk -v h=%H '{{print h, $1, $2}}' {home_key}",
             "    StrictHostKeyChecking yes",
             "    BatchMode yes",
@@ -340,6 +344,8 @@ def write_sshd_dropin(port: int, host_keys: list[Path], path: Path = SSHD_DROPIN
     driver hands the job's environment to remote ranks through /etc/environment, which only
     pam_env reads."""
     write_file(path, "\n".join(sshd_settings(port, host_keys, pam=None)) + "\n", 0o644)
+    # Not an engine's pod: the engines' settings (see ENGINE_SSHD_DROPIN) must not mix in.
+    ENGINE_SSHD_DROPIN.unlink(missing_ok=True)
     Path("/run/sshd").mkdir(parents=True, exist_ok=True, mode=0o755)
     _run(["/usr/sbin/sshd", "-t"])
     return path

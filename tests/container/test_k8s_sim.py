@@ -97,16 +97,18 @@ def test_engine_ssh_settings_apply_only_under_a_read_only_key_mount(containers, 
         check=True,
     )
     probe = ["-c", "ssh -G worker-0 | grep -i '^knownhostscommand' || echo none"]
-    mount = {"bind": "/root/.ssh", "mode": "ro"}
-    code, out = containers.run(
-        probe, entrypoint="/bin/bash", volumes={str(keys): mount}, timeout=60
-    )
-    assert code == 0 and "id_rsa.pub" in out, out
-    mount["mode"] = "rw"
-    code, out = containers.run(
-        probe, entrypoint="/bin/bash", volumes={str(keys): mount}, timeout=60
-    )
-    assert code == 0 and "knownhostscommand" not in out.lower(), out
+
+    def engine_settings(mode: str) -> bool:
+        mount = {str(keys): {"bind": "/root/.ssh", "mode": mode}}
+        code, out = containers.run(probe, entrypoint="/bin/bash", volumes=mount, timeout=60)
+        assert code == 0, out
+        return "id_rsa.pub" in out
+
+    # A person's own keys mounted read-only: no authorized_keys that is the key itself.
+    assert not engine_settings("ro")
+    shutil.copy(keys / "id_rsa.pub", keys / "authorized_keys")  # as every engine lays it out
+    assert engine_settings("ro")
+    assert not engine_settings("rw")
     # sshd as the engines start it, with the job key as its only host key.
     theirs = tmp_path / "mpiuser"
     shutil.copytree(keys, theirs)

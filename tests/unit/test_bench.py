@@ -533,8 +533,8 @@ def test_horovod_reduces_in_place_compressed_first_as_distributed_optimizer_does
         def __init__(self, name):
             self.name = name
 
-        def copy_(self, other):
-            calls.append(("copy_", self.name, other.name))
+        def set_(self, other):
+            calls.append(("set_", self.name, other.name))
 
     class Hvd:
         Sum = "sum"
@@ -574,5 +574,5 @@ def test_horovod_reduces_in_place_compressed_first_as_distributed_optimizer_does
     comm.allreduce(grad)
     assert calls == [
         ("allreduce_", "half of grad", "sum"),
-        ("copy_", "grad", "float of half of grad"),
+        ("set_", "grad", "float of half of grad"),
     ]

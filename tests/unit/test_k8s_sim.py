@@ -106,3 +106,36 @@ def test_an_overlay_that_does_not_validate_is_refused(tmp_path, capsys, monkeypa
     monkeypatch.setattr(k8s_sim, "run", lambda *a, **k: pytest.fail("ran"))
     assert k8s_sim.main(["--engine", "mpijob", "--overlay", str(tmp_path)]) == 1
     assert "no kustomization.yaml" in capsys.readouterr().err
+
+
+def test_what_docker_cannot_give_or_should_not_is_refused():
+    objects = k8s_validate.render(OVERLAYS / "mpijob-cpu")
+    worker = objects_of(objects, "MPIJob")["spec"]["mpiReplicaSpecs"]["Worker"]
+    worker["template"]["spec"]["containers"][0]["securityContext"] = {
+        "capabilities": {"add": ["SYS_ADMIN"]}
+    }
+    with pytest.raises(k8s_sim.SimError, match="SYS_ADMIN"):
+        k8s_sim.plan("mpijob", objects, 2)
+
+
+@pytest.mark.parametrize("args", [["--bad"], ["--master"], [3]])
+def test_volcano_plugin_arguments_must_be_key_value(args):
+    objects = k8s_validate.render(OVERLAYS / "volcano-cpu")
+    objects_of(objects, "Job")["spec"]["plugins"]["mpi"] = args
+    with pytest.raises(k8s_sim.SimError, match="not --key=value"):
+        k8s_sim.plan("volcano", objects, 2)
+
+
+def objects_of(objects: list[dict], kind: str) -> dict:
+    return next(o for o in objects if o["kind"] == kind)
+
+
+def test_an_option_for_an_image_and_a_non_root_user_are_refused(capsys, monkeypatch):
+    monkeypatch.setattr(k8s_sim, "run", lambda *a, **k: pytest.fail("ran"))
+    with pytest.raises(SystemExit) as exc:
+        k8s_sim.main(["--engine", "mpijob", "--image=--privileged"])
+    assert exc.value.code == 2 and "not an image reference" in capsys.readouterr().err
+    monkeypatch.setattr(k8s_sim.os, "geteuid", lambda: 1000)
+    with pytest.raises(SystemExit) as exc:
+        k8s_sim.main(["--engine", "mpijob"])
+    assert exc.value.code == 2 and "as root" in capsys.readouterr().err

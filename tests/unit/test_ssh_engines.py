@@ -27,7 +27,10 @@ def test_engine_client_checks_host_keys_strictly_against_the_mounted_key_only_th
     text = ssh.engine_client_text()
     first = text.splitlines()[0]
     # Only under a read-only ~/.ssh holding the job's key: a person's own ~/.ssh is left alone.
-    assert first == 'Match exec "test -r %d/.ssh/id_rsa.pub -a ! -w %d/.ssh"'
+    assert first == (
+        'Match exec "test -r %d/.ssh/id_rsa.pub -a ! -w %d/.ssh'
+        ' && cmp -s %d/.ssh/id_rsa.pub %d/.ssh/authorized_keys"'
+    )
     assert "KnownHostsCommand /usr/bin/awk -v h=%H '{print h, $1, $2}' %d/.ssh/id_rsa.pub" in text
     assert "StrictHostKeyChecking yes" in text
     assert "StrictHostKeyChecking no" not in text and "/dev/null" not in text
@@ -40,3 +43,16 @@ def test_write_engine_config_writes_both_drop_ins(tmp_path, monkeypatch):
     assert (tmp_path / "sshd.conf").read_text().startswith("HostKey ~/.ssh/id_rsa\n")
     assert (tmp_path / "ssh.conf").read_text() == ssh.engine_client_text()
     assert (tmp_path / "sshd.conf").stat().st_mode & 0o777 == 0o644
+
+
+def test_a_job_running_the_distributions_sshd_drops_the_engines_settings(tmp_path, monkeypatch):
+    """SageMaker SDK v3's driver starts /usr/sbin/sshd itself: the engines' drop-in (baked in
+    for Kubernetes) would add its SetEnv and HostKey to ours there, so it goes."""
+    monkeypatch.setattr(ssh, "ENGINE_SSHD_DROPIN", tmp_path / "50-byoc-engines.conf")
+    monkeypatch.setattr(ssh, "_run", lambda cmd: "")
+    monkeypatch.setattr(ssh.Path, "mkdir", lambda *a, **k: None)
+    ssh.ENGINE_SSHD_DROPIN.write_text("SetEnv PATH=/x\n")
+    ssh.write_sshd_dropin(2222, [tmp_path / "key"], tmp_path / "00-byoc-job.conf")
+    assert not ssh.ENGINE_SSHD_DROPIN.exists()
+    text = (tmp_path / "00-byoc-job.conf").read_text()
+    assert "StrictModes yes" in text and "SetEnv" not in text

@@ -239,8 +239,8 @@ class HorovodComm:
         # _async) returns when the operation is done: each call is timed whole.
         wire, ctx = self.compression.compress(t)
         self.hvd.allreduce_(wire, op=self.hvd.Sum)
-        if wire is not t:
-            t.copy_(self.compression.decompress(wire, ctx))
+        if wire is not t:  # fp16: the optimizer points the gradient at the result (set_)
+            t.set_(self.compression.decompress(wire, ctx))
 
     def sync(self) -> None:
         if self.cuda:
