@@ -414,6 +414,8 @@ class Sim:
             opts += ["--user", f"{uid}:{gid if gid is not None else uid}"]
         if fs_group is not None:
             opts += ["--group-add", str(fs_group)]
+        if pod.spec.get("shareProcessNamespace"):
+            opts.append("--init")  # a PID 1 that reaps and passes signals on, as pause does
         caps = ((pod.container.get("securityContext") or {}).get("capabilities") or {}).get("add")
         for cap in sorted(set(caps or []) & ALLOWED_CAPS):
             opts += ["--cap-add", cap]

@@ -139,3 +139,11 @@ def test_an_option_for_an_image_and_a_non_root_user_are_refused(capsys, monkeypa
     with pytest.raises(SystemExit) as exc:
         k8s_sim.main(["--engine", "mpijob"])
     assert exc.value.code == 2 and "as root" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("engine", ["mpijob", "trainer", "volcano"])
+def test_mpi_launchers_share_the_pods_processes_so_pause_is_pid_1(engine):
+    # The command replaces byoc-init: without this the launcher would be PID 1, and SIGTERM
+    # (kubectl delete) would wait out the grace period; the simulation gives it Docker's --init.
+    job = planned(engine)
+    assert job.launcher.spec.get("shareProcessNamespace") is True
