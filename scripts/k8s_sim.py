@@ -110,6 +110,9 @@ class Pod:
         ]
         self.env = container_env(self.container)
         self.mounts: list[tuple[Path, str, bool]] = []  # host path, container path, read-only
+        # From its volumes (take_volumes): --shm-size, and where the shared claim is mounted.
+        self.shm = "64m"  # the runtime's default, as in a pod without the emptyDir
+        self.claims: list[tuple[str, bool]] = []  # container path, read-only
 
     def security(self) -> tuple[int | None, int | None, int | None]:
         pod = self.spec.get("securityContext") or {}
@@ -166,18 +169,26 @@ def _one(objects: list[dict], kind: str) -> dict:
     return found[0]
 
 
-def _volumes(pod: Pod) -> None:
-    """The pod's volumes as Docker can give them: refused when it cannot."""
+def take_volumes(pod: Pod) -> None:
+    """The pod's volumes as Docker can give them (an emptyDir at /dev/shm: --shm-size; a
+    PersistentVolumeClaim: the shared directory), read once; anything else is refused."""
     volumes = {v["name"]: v for v in pod.spec.get("volumes") or []}
     for mount in pod.container.get("volumeMounts") or []:
         vol = volumes.get(mount["name"])
         if vol is None:
             raise SimError(f"pod {pod.name}: volumeMount {mount['name']!r} names no volume")
         if "emptyDir" in vol and mount["mountPath"] == "/dev/shm":
-            continue  # --shm-size
-        if "persistentVolumeClaim" in vol:
-            continue  # the shared checkpoint directory
-        raise SimError(f"pod {pod.name}: volume {mount['name']!r} of this kind is not simulated")
+            size = str(vol["emptyDir"].get("sizeLimit", "1Gi"))
+            m = SIZE.fullmatch(size)
+            if not m:
+                raise SimError(f"pod {pod.name}: /dev/shm sizeLimit {size!r} is not simulated")
+            pod.shm = m.group(1) + {"Ki": "k", "Mi": "m", "Gi": "g", None: "b"}[m.group(2)]
+        elif "persistentVolumeClaim" in vol:
+            pod.claims.append((mount["mountPath"], bool(mount.get("readOnly"))))
+        else:
+            raise SimError(
+                f"pod {pod.name}: volume {mount['name']!r} of this kind is not simulated"
+            )
 
 
 def plan(engine: str, objects: list[dict], workers: int) -> Job:
@@ -296,7 +307,7 @@ def plan(engine: str, objects: list[dict], workers: int) -> Job:
     else:
         raise SimError(f"engine {engine!r}: use one of {', '.join(ENGINES)}")
     for pod in [*job.workers, job.launcher]:
-        _volumes(pod)
+        take_volumes(pod)
         caps = ((pod.container.get("securityContext") or {}).get("capabilities") or {}).get("add")
         extra = sorted(set(caps or []) - ALLOWED_CAPS)
         if extra:
@@ -316,20 +327,6 @@ def docker_args(pod: Pod) -> tuple[list[str], list[str]]:
     if command:
         return ["--entrypoint", command[0]], [*command[1:], *args]
     return [], args
-
-
-def shm_size(pod: Pod) -> str:
-    volumes = {v["name"]: v for v in pod.spec.get("volumes") or []}
-    for mount in pod.container.get("volumeMounts") or []:
-        vol = volumes[mount["name"]]
-        if mount["mountPath"] == "/dev/shm" and "emptyDir" in vol:
-            size = str(vol["emptyDir"].get("sizeLimit", "1Gi"))
-            m = SIZE.fullmatch(size)
-            if not m:
-                raise SimError(f"pod {pod.name}: /dev/shm sizeLimit {size!r} is not simulated")
-            unit = {"Ki": "k", "Mi": "m", "Gi": "g", None: "b"}[m.group(2)]
-            return m.group(1) + unit
-    return "64m"  # the runtime's default, as in a pod without the emptyDir
 
 
 # --- running it ------------------------------------------------------------------------------
@@ -394,11 +391,7 @@ class Sim:
                 os.chmod(secret / name, mode)
             os.chmod(secret, 0o1777)
             p.mounts.append((secret, self.job.key_dir, True))
-            mounts = p.container.get("volumeMounts") or []
-            volumes = {v["name"]: v for v in p.spec.get("volumes") or []}
-            for m in mounts:
-                if "persistentVolumeClaim" in volumes[m["name"]]:
-                    p.mounts.append((claim, m["mountPath"], bool(m.get("readOnly"))))
+            p.mounts += [(claim, path, ro) for path, ro in p.claims]
 
     def all_pods(self) -> list[Pod]:
         return [*self.job.workers, self.job.launcher]
@@ -407,7 +400,7 @@ class Sim:
         name = f"{self.tag}-{pod.name}"
         uid, gid, fs_group = pod.security()
         opts = ["run", "-d", "--name", name, "--hostname", pod.name, "--network", self.network]
-        opts += ["--label", f"k8s-sim={self.label}", "--shm-size", shm_size(pod)]
+        opts += ["--label", f"k8s-sim={self.label}", "--shm-size", pod.shm]
         for alias in pod.aliases:
             opts += ["--network-alias", alias]
         if uid is not None:

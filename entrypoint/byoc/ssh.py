@@ -171,6 +171,27 @@ def known_hosts_text(members: list[Member], me: str) -> str:
     return "".join(line + "\n" for line in lines)
 
 
+# Every sshd the image sets up: public keys only, no passwords, no user environment, no X11; room
+# for mpirun's orted and horovodrun, which open many sessions at once.
+_KEYS_ONLY = [
+    "AuthenticationMethods publickey",
+    "PubkeyAuthentication yes",
+    "PasswordAuthentication no",
+    "PermitEmptyPasswords no",
+    "KbdInteractiveAuthentication no",
+    "PermitUserEnvironment no",
+    "X11Forwarding no",
+    "MaxStartups 100:30:200",
+    "MaxSessions 100",
+]
+
+
+def _setenv(env: dict[str, str]) -> list[str]:
+    """A command over ssh (horovodrun's, mpirun's) gets no login shell: give it our variables."""
+    pairs = [f'"{k}={v}"' for k, v in env.items()]
+    return ["SetEnv " + " ".join(pairs)] if pairs else []
+
+
 def sshd_settings(
     port: int,
     host_keys: list[Path],
@@ -190,33 +211,20 @@ def sshd_settings(
         f"Port {port}",
         *[f"HostKey {k}" for k in host_keys],
         f"AuthorizedKeysFile {authorized_keys}",
-        "AuthenticationMethods publickey",
-        "PubkeyAuthentication yes",
-        "PasswordAuthentication no",
-        "PermitEmptyPasswords no",
-        "KbdInteractiveAuthentication no",
+        *_KEYS_ONLY,
         f"PermitRootLogin {'prohibit-password' if user == 'root' else 'no'}",
         f"AllowUsers {user}",
-        "PermitUserEnvironment no",
-        # Said outright: the engines' drop-in (read after ours) turns it off for mounted keys.
+        # Said outright: only the engines' drop-in (engine_sshd_settings) turns it off.
         "StrictModes yes",
-        "X11Forwarding no",
         f"AllowTcpForwarding {'yes' if forwarding else 'no'}",
         f"AllowAgentForwarding {'yes' if forwarding else 'no'}",
         f"LogLevel {log_level}",
-        # mpirun's orted and horovodrun open many sessions at once.
-        "MaxStartups 100:30:200",
-        "MaxSessions 100",
     ]
     if forwarding:
         lines += ["Subsystem sftp internal-sftp", "ClientAliveInterval 60", "PrintMotd no"]
     if pam is not None:
         lines.append(f"UsePAM {'yes' if pam else 'no'}")
-    pairs = [f'"{k}={v}"' for k, v in (session_env or {}).items()]
-    if pairs:
-        # A command over ssh (horovodrun's, mpirun's) gets no login shell: give it our PATH.
-        lines.append("SetEnv " + " ".join(pairs))
-    return lines
+    return lines + _setenv(session_env or {})
 
 
 def session_env(env: dict[str, str]) -> dict[str, str]:
@@ -239,27 +247,16 @@ def engine_sshd_settings(env: dict[str, str]) -> list[str]:
       StrictModes refuses whatever the files' modes; the files are the engine's, read-only;
     - public keys only, and the image's environment for commands over ssh (mpirun's orted,
       horovodrun's task services), which get no login shell."""
-    lines = [
+    return [
         f"HostKey {ENGINE_KEY}",
         "StrictModes no",
-        "AuthenticationMethods publickey",
-        "PubkeyAuthentication yes",
-        "PasswordAuthentication no",
-        "PermitEmptyPasswords no",
-        "KbdInteractiveAuthentication no",
-        "PermitUserEnvironment no",
-        "X11Forwarding no",
+        *_KEYS_ONLY,
         "AllowAgentForwarding no",
         "AllowTcpForwarding no",
-        "MaxStartups 100:30:200",
-        "MaxSessions 100",
         # In the foreground as the pod's process: no pid file (a non-root sshd cannot write one).
         "PidFile none",
+        *_setenv(session_env(env)),
     ]
-    pairs = [f'"{k}={v}"' for k, v in session_env(env).items()]
-    if pairs:
-        lines.append("SetEnv " + " ".join(pairs))
-    return lines
 
 
 def engine_client_text() -> str:
