@@ -15,8 +15,9 @@ ARG CUDA_VERSION=13.0.2
 ARG BASE_OS=ubuntu24.04
 ARG BUILDER_IMAGE=nvidia/cuda:${CUDA_VERSION}-cudnn-devel-${BASE_OS}
 ARG RUNTIME_IMAGE=nvidia/cuda:${CUDA_VERSION}-runtime-${BASE_OS}
-# PyTorch: a matching pair. TORCH_INDEX_URL empty: PyPI (a CUDA 13 build); e.g.
-# https://download.pytorch.org/whl/cpu for a small CPU-only torch in the cpu flavor.
+# PyTorch: a matching pair (TORCHVISION_VERSION empty: no torchvision). TORCH_INDEX_URL empty:
+# PyPI (a CUDA 13 build); e.g. https://download.pytorch.org/whl/cpu for a small CPU-only torch in
+# the cpu flavor.
 ARG TORCH_VERSION=2.14.1
 ARG TORCHVISION_VERSION=0.29.1
 ARG TORCH_INDEX_URL=
@@ -25,6 +26,10 @@ ARG TORCH_INDEX_URL=
 # H100/H200 p5 90, Blackwell 100 and 120).
 ARG HOROVOD_VERSION=0.28.1
 ARG HOROVOD_SHA256=92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0
+# Horovod's own test suites (make test-horovod) come from the tag's source archive, which has
+# test/ (the sdist has not), verified by sha256; the image build does not use it.
+ARG HOROVOD_SRC_URL=https://github.com/horovod/horovod/archive/refs/tags/v${HOROVOD_VERSION}.tar.gz
+ARG HOROVOD_SRC_SHA256=88fbcd2815083607a5d27962f323eae5752e3eb96511aaac98258f280cac0f8e
 ARG HOROVOD_GPU_OPERATIONS=NCCL
 ARG CUDA_ARCHS=80,86,89,90,100,120
 # NVIDIA's toolkit wheels give horovod/torch's CMake the headers and cudart it asks for when
@@ -97,13 +102,13 @@ RUN rm -f /etc/apt/sources.list.d/cuda*.list \
  && rm -rf /var/lib/apt/lists/*
 
 ARG TORCH_VERSION
-ARG TORCHVISION_VERSION
 ARG TORCH_INDEX_URL
 ENV VENV=/opt/venv PATH=/opt/venv/bin:${PATH} \
     PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_WARN_SCRIPT_LOCATION=1
 COPY docker/build/pip-env.sh /usr/local/lib/byoc-build/pip-env.sh
 COPY docker/requirements-build.txt /tmp/requirements-build.txt
 # pip-env.sh points pip at the CA secret and the wheelhouse when the build is given them.
+# Horovod compiles against torch alone: no torchvision here.
 # hadolint ignore=DL3013
 RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=ca \
@@ -111,8 +116,7 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     . /usr/local/lib/byoc-build/pip-env.sh \
  && python3 -m venv "${VENV}" \
  && pip install -r /tmp/requirements-build.txt \
- && pip install ${TORCH_INDEX_URL:+--index-url "${TORCH_INDEX_URL}"} \
-        "torch==${TORCH_VERSION}" "torchvision==${TORCHVISION_VERSION}"
+ && pip install ${TORCH_INDEX_URL:+--index-url "${TORCH_INDEX_URL}"} "torch==${TORCH_VERSION}"
 
 # Horovod from the PyPI sdist, verified, patched, built into a wheel.
 ARG HOROVOD_VERSION
@@ -219,7 +223,8 @@ ENV VENV=/opt/venv \
     # The NVIDIA container toolkit mounts the driver for these; nothing of the driver is baked.
     NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility
-# torch first: the biggest layer, and the one that changes least. (Pinned by ARG.)
+# torch first: the biggest layer, and the one that changes least. (Pinned by ARG.) An empty
+# TORCHVISION_VERSION leaves torchvision out (the torch canary, before a matching one exists).
 # hadolint ignore=DL3013
 RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=ca \
@@ -228,7 +233,7 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     . /tmp/pip-env.sh \
  && python3 -m venv "${VENV}" \
  && pip install ${TORCH_INDEX_URL:+--index-url "${TORCH_INDEX_URL}"} \
-        "torch==${TORCH_VERSION}" "torchvision==${TORCHVISION_VERSION}" \
+        "torch==${TORCH_VERSION}" ${TORCHVISION_VERSION:+"torchvision==${TORCHVISION_VERSION}"} \
  && find "${VENV}" -name __pycache__ -prune -exec rm -rf {} +
 # Horovod and the SageMaker libraries, from the wheels the builder made: no compiler, no index.
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \

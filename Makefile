@@ -35,7 +35,7 @@ DEV_KEYS ?= $(firstword $(wildcard $(HOME)/.ssh/id_ed25519.pub $(HOME)/.ssh/id_e
 
 .PHONY: local-train help build local-base lint test test-unit test-container test-gpu shell dev engine clean \
 	cluster-up cluster-down cluster-shell push launch test-deps standin build-gpu-standin \
-	test-gpu-flavor nccl-test smoke bench k8s-validate k8s-sim
+	test-gpu-flavor nccl-test smoke bench k8s-validate k8s-sim test-horovod test-horovod-soak canary
 
 help: ## Show this help
 	@echo "Usage: make TARGET [FLAVOR=cpu|gpu] [IMAGE=...] [TAG=...] [DOCKER=...]"
@@ -67,7 +67,8 @@ $(DEV_STAMP): requirements-dev.txt tests/requirements-sdk.txt
 
 lint: $(DEV_STAMP) ## hadolint, shellcheck and ruff
 	$(VENV)/bin/hadolint Dockerfile
-	shellcheck scripts/*.sh docker/build/*.sh docker/bash-env.sh .ci/run
+	shellcheck scripts/*.sh docker/build/*.sh docker/bash-env.sh tests/conformance/*.sh .ci/run
+	$(VENV)/bin/hadolint tests/conformance/Dockerfile
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
@@ -88,9 +89,9 @@ smoke: engine ## The main job (make local-train), short, with each launcher, on 
 	$(MAKE) --no-print-directory local-train TAG=cpu LAUNCHER=horovod LOCAL_TRAIN_ARGS="$(SMOKE_ARGS)"
 	$(MAKE) --no-print-directory local-train TAG=cpu LAUNCHER=torchrun LOCAL_TRAIN_ARGS="$(SMOKE_ARGS)"
 
-# test-gpu-flavor adds ~21 min to a cold CI run on 2 cores (the EFA stages ~2 of it); the whole
-# cold run is estimated at ~55 min, under the 60 allowed (README.md, "Tests").
-test: lint test-unit test-container smoke test-gpu-flavor ## Lint, unit, container tests, the main job's smoke (cpu image) and the gpu flavor on stand-ins
+# A cold CI run on 2 cores takes ~22 min for all of this with the gpu stand-in built cold, plus
+# test-horovod (README.md, "Tests"); 60 are allowed.
+test: lint test-unit test-container smoke test-gpu-flavor test-horovod ## Lint, unit, container tests, the main job's smoke, the gpu flavor on stand-ins, Horovod's own suites
 
 STANDIN ?= pytorch-horovod-standin
 STANDIN_CUDA_ARCHS ?= 80,90
@@ -105,6 +106,25 @@ build-gpu-standin: standin ## The gpu flavor, unchanged Dockerfile, on the stand
 # Always (re)built from this checkout, so a stale image is never the one checked (cached: seconds).
 test-gpu-flavor: $(DEV_STAMP) build-gpu-standin ## gpu flavor checks without a GPU: builds $(IMAGE):gpu-standin, tests it
 	BYOC_GPU_IMAGE=$(IMAGE):gpu-standin $(PY) -m pytest -m gpu_flavor tests/container $(PYTEST_ARGS)
+
+# Horovod's own test suites at the tag the image builds (docs/horovod-tests.md). The tag archive:
+# HOROVOD_SRC_TARBALL, else a git mirror under BYOC_GIT_MIRRORS, else GitHub; none: skipped.
+HOROVOD_SUITE_IMAGES ?= $(IMAGE):cpu $(IMAGE):gpu-standin
+HOROVOD_SRC_TARBALL ?=
+HOROVOD_SUITES_ARGS ?=
+SUITES_CMD = python3 scripts/horovod_suites.py $(foreach i,$(HOROVOD_SUITE_IMAGES),--image $(i)) \
+	$(if $(HOROVOD_SRC_TARBALL),--source $(HOROVOD_SRC_TARBALL))
+test-horovod: engine ## Horovod's own suites (torch, elastic, runner...) on HOROVOD_SUITE_IMAGES, both controllers
+	$(SUITES_CMD) $(HOROVOD_SUITES_ARGS)
+
+SOAK_RUNS ?= 20
+SOAK_LOAD ?= 2
+test-horovod-soak: engine ## Slow: test_torch.py SOAK_RUNS times per image and controller beside SOAK_LOAD busy containers
+	$(SUITES_CMD) --suite torch --repeat $(SOAK_RUNS) --load $(SOAK_LOAD) $(HOROVOD_SUITES_ARGS)
+
+canary: engine ## The cpu image on TORCH_VERSION (TORCHVISION_VERSION: none unless given): Horovod's suites and the smoke job
+	@TORCH_VERSION=$(TORCH_VERSION) TORCHVISION_VERSION=$(TORCHVISION_VERSION) \
+		HOROVOD_SRC_TARBALL=$(HOROVOD_SRC_TARBALL) scripts/canary.sh
 
 BENCH_ARGS ?=
 bench: engine ## Measure $(IMAGE):$(TAG) (else :cpu) on NODES pinned containers: link, allreduce per library, training, scaling, launch, Pipe reader -> bench/<stamp>/
@@ -126,7 +146,7 @@ nccl-test: engine ## all_reduce_perf on every local GPU in $(IMAGE):$(TAG); pass
 		'if [ -e /opt/nccl-tests/NOT-BUILT ]; then cat /opt/nccl-tests/NOT-BUILT >&2; exit 1; fi; \
 		 exec all_reduce_perf -b 8 -e 256M -f 2 -c 1 -g '"$$n"
 
-test-gpu: $(DEV_STAMP) ## GPU tests against $(IMAGE):gpu on a host with NVIDIA GPUs (skip elsewhere)
+test-gpu: $(DEV_STAMP) ## GPU tests and Horovod's suites with NCCL, one rank per GPU, on $(IMAGE):gpu (skip without GPUs)
 	BYOC_IMAGE=$(IMAGE):$(TAG) $(PY) -m pytest -m gpu tests/gpu $(PYTEST_ARGS)
 
 shell: engine ## An interactive shell in $(IMAGE):$(TAG)

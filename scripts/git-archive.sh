@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
-# Make the source tarball the Dockerfile pins for PKG (nccl-tests, libfabric, aws-ofi-nccl) from
-# a local git clone of that project, for builds on hosts that reach no GitHub:
+# Make the source tarball the Dockerfile pins for PKG (nccl-tests, libfabric, aws-ofi-nccl, and
+# horovod: the tag's tree with test/, for make test-horovod) from a local git clone of that
+# project, for hosts that reach no GitHub:
 #   scripts/git-archive.sh PKG GIT_DIR OUT.tar.gz
 # GitHub's /archive/refs/tags/vX.tar.gz is `git archive --prefix=<name>-X/ vX | gzip -n`, so the
-# result must hash to the Dockerfile's <PKG>_SHA256; it is checked here and again in the build.
+# result must hash to the Dockerfile's pin (<VAR>_SHA256); it is checked here and again where used.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-usage="usage: scripts/git-archive.sh nccl-tests|libfabric|aws-ofi-nccl GIT_DIR OUT.tar.gz"
+usage="usage: scripts/git-archive.sh nccl-tests|libfabric|aws-ofi-nccl|horovod GIT_DIR OUT.tar.gz"
 pkg=${1:?$usage}; git_dir=${2:?$usage}; out=${3:?$usage}
 fail() { echo "git-archive: error: $*" >&2; exit 1; }
-case "$pkg" in nccl-tests|libfabric|aws-ofi-nccl) ;; *) fail "unknown PKG '$pkg'; $usage" ;; esac
-var=$(echo "$pkg" | tr 'a-z-' 'A-Z_')
 arg() { sed -n -E "s/^ARG $1=(.*)$/\1/p" Dockerfile | head -n 1; }
-version=$(arg "${var}_VERSION")
+case "$pkg" in
+    nccl-tests|libfabric|aws-ofi-nccl)
+        var=$(echo "$pkg" | tr 'a-z-' 'A-Z_'); version=$(arg "${var}_VERSION") ;;
+    # Its *_SHA256 is the PyPI sdist's; the tag archive has pins of its own.
+    horovod) var=HOROVOD_SRC; version=$(arg HOROVOD_VERSION) ;;
+    *) fail "unknown PKG '$pkg'; $usage" ;;
+esac
 git --git-dir="$git_dir" rev-parse -q --verify "refs/tags/v$version" >/dev/null \
     || fail "$git_dir has no tag v$version (is it a clone of $pkg?)"
 part=$(mktemp "${out}.XXXXXX")

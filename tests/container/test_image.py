@@ -176,3 +176,14 @@ def test_oci_labels_are_set(image):
 def test_entrypoint_is_exec_form_and_our_pid1(image):
     config = image.attrs["Config"]
     assert config["Entrypoint"] == ["/opt/venv/bin/byoc-init"]
+
+
+def test_gloo_rendezvous_clears_every_scope_whatever_the_order(containers, scripts_volume):
+    """Our patch to horovodrun's rendezvous server: a scope completed by one rank no longer
+    forgets the others' progress, so no old address survives into the next hvd.init()
+    (unpatched, local_localhost keeps both keys and the next init can abort)."""
+    code, out = containers.run(
+        ["python", "/tests/rendezvous_scopes.py"], volumes=scripts_volume, timeout=120
+    )
+    assert code == 0, out
+    assert json.loads(out.strip().splitlines()[-1]) == {}, out

@@ -9,7 +9,9 @@ import os
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
+import horovod_suites
 import pytest
 
 pytestmark = pytest.mark.gpu
@@ -181,3 +183,28 @@ def test_nccl_uses_efa_where_the_host_has_it(gpus):
     assert result.returncode == 0, out
     assert "fabric: efa" in out, out  # byoc-init's decision
     assert "NET/OFI" in out and re.search(r"Using network (AWS )?Libfabric", out), out
+
+
+def test_horovods_own_suites_with_nccl_one_rank_per_gpu(gpus):
+    """Upstream's GPU tests (HOROVOD_TEST_GPU=1), which skip on the stand-ins: test_torch.py and
+    the other parallel suites on CUDA tensors through NCCL, both controllers, one rank per GPU.
+    Needs the tag archive as make test-horovod does (mirror, HOROVOD_SRC_TARBALL or GitHub)."""
+    if gpus < 2:
+        pytest.skip(f"{gpus} GPU: Horovod's parallel suites need 2 ranks, and NCCL one GPU each")
+    cmd = [
+        "python3",
+        "scripts/horovod_suites.py",
+        "--require-source",
+        "--image",
+        IMAGE,
+        "--gpus",
+        str(gpus),
+        *[f"--suite={s.name}" for s in horovod_suites.SUITES if s.kind == "parallel"],
+    ]
+    if os.environ.get("HOROVOD_SRC_TARBALL"):
+        cmd += ["--source", os.environ["HOROVOD_SRC_TARBALL"]]
+    root = Path(__file__).resolve().parents[2]
+    result = subprocess.run(
+        cmd, cwd=root, capture_output=True, text=True, timeout=3600, check=False
+    )
+    assert result.returncode == 0, result.stderr[-6000:]

@@ -53,25 +53,33 @@ def test_efa_mode_is_validated(tmp_path, mode):
     assert "EFA must be auto, on or off" in result.stderr
 
 
-def test_git_archive_refuses_what_is_not_the_pin(tmp_path):
+@pytest.mark.parametrize(
+    ("pkg", "version_arg", "sha_arg"),
+    [
+        ("libfabric", "LIBFABRIC_VERSION", "LIBFABRIC_SHA256"),
+        # The tag archive of Horovod (its test/ tree) has a pin of its own beside the sdist's.
+        ("horovod", "HOROVOD_VERSION", "HOROVOD_SRC_SHA256"),
+    ],
+)
+def test_git_archive_refuses_what_is_not_the_pin(tmp_path, pkg, version_arg, sha_arg):
     repo = tmp_path / "repo"
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
-    (repo / "README").write_text("not libfabric\n")
+    (repo / "README").write_text(f"not {pkg}\n")
     git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
     subprocess.run([*git, "add", "README"], check=True)
     subprocess.run([*git, "commit", "-qm", "x"], check=True)
-    out = tmp_path / "libfabric.tar.gz"
-    result = run(["bash", str(GIT_ARCHIVE), "libfabric", str(repo / ".git"), str(out)])
+    out = tmp_path / f"{pkg}.tar.gz"
+    result = run(["bash", str(GIT_ARCHIVE), pkg, str(repo / ".git"), str(out)])
     assert result.returncode == 1 and "has no tag v" in result.stderr, result.stderr
     version = next(
         line.split("=", 1)[1]
         for line in (ROOT / "Dockerfile").read_text().splitlines()
-        if line.startswith("ARG LIBFABRIC_VERSION=")
+        if line.startswith(f"ARG {version_arg}=")
     )
     subprocess.run([*git, "tag", f"v{version}"], check=True)
-    result = run(["bash", str(GIT_ARCHIVE), "libfabric", str(repo / ".git"), str(out)])
+    result = run(["bash", str(GIT_ARCHIVE), pkg, str(repo / ".git"), str(out)])
     assert result.returncode == 1, result.stderr
-    assert "does not match the Dockerfile's LIBFABRIC_SHA256" in result.stderr
-    assert not out.exists() and list(tmp_path.glob("libfabric.tar.gz*")) == []
+    assert f"does not match the Dockerfile's {sha_arg}" in result.stderr
+    assert not out.exists() and list(tmp_path.glob(f"{pkg}.tar.gz*")) == []
     result = run(["bash", str(GIT_ARCHIVE), "nccl", str(repo / ".git"), str(out)])
     assert result.returncode == 1 and "unknown PKG" in result.stderr
