@@ -24,4 +24,7 @@ cd "$out/rank$rank" || exit 2
 python -X faulthandler -m pytest -v --color=no -p no:cacheprovider --junitxml="$out/rank$rank.xml" "$@"
 rc=$?
 echo "$rc" >"$out/rank$rank.rc"
+# Tests that failed (1) are judged from the reports; exiting 0 keeps horovodrun from ending the
+# other ranks while they still write theirs. Anything else (a signal, an internal error) is passed on.
+[ "$rc" -eq 1 ] && exit 0
 exit "$rc"
