@@ -89,8 +89,8 @@ smoke: engine ## The main job (make local-train), short, with each launcher, on 
 	$(MAKE) --no-print-directory local-train TAG=cpu LAUNCHER=horovod LOCAL_TRAIN_ARGS="$(SMOKE_ARGS)"
 	$(MAKE) --no-print-directory local-train TAG=cpu LAUNCHER=torchrun LOCAL_TRAIN_ARGS="$(SMOKE_ARGS)"
 
-# A cold CI run on 2 cores takes ~22 min for all of this with the gpu stand-in built cold, plus
-# test-horovod (README.md, "Tests"); 60 are allowed.
+# A cold CI run on 2 cores: ~22 min for all but test-horovod (gpu stand-in built cold), ~22 more
+# for Horovod's suites on both images (README.md, "Tests"); 60 are allowed.
 test: lint test-unit test-container smoke test-gpu-flavor test-horovod ## Lint, unit, container tests, the main job's smoke, the gpu flavor on stand-ins, Horovod's own suites
 
 STANDIN ?= pytorch-horovod-standin
