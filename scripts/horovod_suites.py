@@ -511,16 +511,18 @@ class Docker:
             self("rm", "-f", "-v", cid, check=False)
 
 
-def docker_client() -> str:
-    """A client with BuildKit (scripts/docker.sh client), as the Makefile's DOCKER is."""
+def docker_sh(verb: str) -> str:
+    """What `scripts/docker.sh client|ca` prints: a client with BuildKit, as the Makefile's
+    DOCKER is; the host's CA bundle. Empty where it finds none."""
     res = subprocess.run(
-        [str(ROOT / "scripts" / "docker.sh"), "client"], capture_output=True, text=True, check=False
+        [str(ROOT / "scripts" / "docker.sh"), verb], capture_output=True, text=True, check=False
     )
-    return res.stdout.strip() or "docker"
+    return res.stdout.strip()
 
 
-def test_image(docker: Docker, image: str) -> str:
-    """<image>-conformance: the test layer on the image under test (cached after the first)."""
+def test_image(docker: Docker, image: str, ca: str) -> str:
+    """<image>-conformance: the test layer on the image under test (cached after the first);
+    ca: the host's CA bundle (a TLS-intercepting proxy) for pip, as a build secret, or ''."""
     if not docker.exists(image):
         raise SuiteError(
             f"image {image} not found: build it first (make build FLAVOR=cpu; "
@@ -529,9 +531,6 @@ def test_image(docker: Docker, image: str) -> str:
     last = image.rsplit("/", maxsplit=1)[-1]
     ref = f"{image}-conformance" if ":" in last else f"{image}:latest-conformance"
     cmd = ["build", "--progress=plain", "-q", "--build-arg", f"IMAGE={image}", "-t", ref]
-    ca = subprocess.run(
-        [str(ROOT / "scripts" / "docker.sh"), "ca"], capture_output=True, text=True, check=False
-    ).stdout.strip()
     if ca:
         cmd += ["--secret", f"id=ca,src={ca}"]
     env = dict(os.environ, DOCKER_BUILDKIT="1")
@@ -645,25 +644,21 @@ def run_one(
     cmd = suite_command(suite, controller, "/out", gpus)
     cid = docker(*args, ref, "bash", "-c", cmd).stdout.strip()
     start = time.monotonic()
-    problems = []
+    problems, status, hung = [], "", ""
     try:
-        wait = docker("wait", cid, check=False, timeout=suite.timeout)
-        status = wait.stdout.strip()
+        status = docker("wait", cid, check=False, timeout=suite.timeout).stdout.strip()
     except SuiteError:
-        status = ""
         problems.append(f"hung: still running after {suite.timeout} s (stacks in the log)")
-        stacks = collect_stacks(docker, cid)
+        hung = "\n=== native stacks of the hung container ===\n" + collect_stacks(docker, cid)
     seconds = time.monotonic() - start
     logs = docker("logs", cid, check=False)
     log = out / "log.txt"
-    log.write_text(logs.stdout + logs.stderr)
-    if not status:
-        with log.open("a") as f:
-            f.write("\n=== native stacks of the hung container ===\n" + stacks)
+    log.write_text(logs.stdout + logs.stderr + hung)
     docker("rm", "-f", "-v", cid, check=False)
     ranks = (gpus or suite.ranks) if suite.kind == "parallel" else 1
     problems += rank_problems(out, ranks)
-    if suite.kind == "single" and status not in ("", "0", "1"):
+    # conformance-rank exits 0 after failed tests; anything else is a step that broke.
+    if suite.kind == "single" and status not in ("", "0"):
         problems.append(f"the suite's container exited {status}")
     cores = core_stacks(docker, ref, out)
     notes = []
@@ -766,7 +761,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
     suites = [s for s in SUITES if not a.suite or s.name in a.suite]
-    docker = Docker(os.environ.get("DOCKER") or docker_client())
+    docker = Docker(os.environ.get("DOCKER") or docker_sh("client") or "docker")
     try:
         expected = load_expected(EXPECTED)
         a.out.mkdir(parents=True, exist_ok=True)
@@ -777,7 +772,8 @@ def main(argv: list[str] | None = None) -> int:
             return 1 if a.require_source else 0
         tree = extract_tests(tarball, run_dir / "src")
         say(f"Horovod's tests from {origin} (sha256 verified) -> {tree}")
-        refs = {image: test_image(docker, image) for image in a.image}
+        ca = docker_sh("ca")
+        refs = {image: test_image(docker, image, ca) for image in a.image}
         return run_all(docker, a, suites, refs, tree, run_dir, expected)
     except SuiteError as exc:
         say(f"error: {exc}")
