@@ -127,7 +127,7 @@ canary: engine ## The cpu image on TORCH_VERSION (TORCHVISION_VERSION: none unle
 		HOROVOD_SRC_TARBALL=$(HOROVOD_SRC_TARBALL) scripts/canary.sh
 
 BENCH_ARGS ?=
-bench: engine ## Measure $(IMAGE):$(TAG) (else :cpu) on NODES pinned containers: link, allreduce per library, training, scaling, launch, Pipe reader -> bench/<stamp>/
+bench: engine ## Measure $(IMAGE):$(TAG) (else :cpu) on NODES pinned containers: link, allreduce per library, training, scaling, launch, Pipe reader, elastic join/recovery -> bench/<stamp>/
 	python3 scripts/bench.py --nodes $(NODES) $(BENCH_ARGS)
 
 k8s-validate: $(DEV_STAMP) ## Render every deploy/kubernetes overlay and validate it against the engines' pinned CRDs
@@ -160,6 +160,9 @@ dev: engine ## Development container here: Jupyter on 8888, SSH on 2222 (your ~/
 
 cluster-up: engine ## Local cluster: NODES (default 2) dev containers of $(IMAGE):$(TAG) that horovodrun across
 	@scripts/cluster.sh up $(NODES)
+
+cluster-scale: ## While a job runs: the local cluster grows or shrinks to NODES nodes (elastic jobs follow)
+	@scripts/cluster.sh scale $(NODES)
 
 cluster-shell: ## A shell on node0 of the local cluster
 	@scripts/cluster.sh shell

@@ -2,13 +2,15 @@
 """`make bench`: measure the image on a local cluster, side by side, in one run.
 
     scripts/bench.py [--nodes 2] [--cpus-per-node K] [--quick] [--parts ...] [--timeout 3600]
+                     [--elastic-repeats 3]
 
 Starts NODES development containers of $IMAGE:$TAG (scripts/cluster.sh, project
 pytorch-horovod-bench, each pinned to its own cores so hosts do not share them), runs the
 in-image driver (`python -m byoc.bench.run`, see entrypoint/byoc/bench/run.py) on node0, and
 leaves bench/<timestamp>/results.json, bench.png and the printed table; the cluster is removed
 whatever happens. Runnable by hand inside any cluster of the image too: see README.md,
-"Performance".
+"Performance". Then, in a cluster of its own, the elastic part (scripts/elastic_bench.py): join
+and recovery times of elastic Horovod, into the same directory (--parts elastic: only that).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import elastic_bench
 
 ROOT = Path(__file__).resolve().parents[1]
 CLUSTER = ROOT / "scripts" / "cluster.sh"
@@ -65,7 +69,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--parts", default=None, help="what to measure, e.g. link,allreduce")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds for the whole run")
     p.add_argument("--out", type=Path, default=ROOT / "bench", help="results go to OUT/<stamp>/")
+    p.add_argument(
+        "--elastic-repeats",
+        type=int,
+        default=None,
+        help="joins and recoveries of elastic Horovod to time (default 3, 1 with --quick; 0: "
+        "none); with --parts, only where it names elastic",
+    )
     args = p.parse_args(argv)
+    parts = [x.strip() for x in args.parts.split(",") if x.strip()] if args.parts else None
+    elastic = args.elastic_repeats
+    if elastic is None:
+        elastic = 1 if args.quick else 3
+    if parts is not None and "elastic" not in parts:
+        elastic = 0
+    if not 0 <= elastic <= elastic_bench.MAX_REPEATS:
+        p.error(f"--elastic-repeats must be 0 to {elastic_bench.MAX_REPEATS}, not {elastic}")
+    in_image = [x for x in parts if x != "elastic"] if parts is not None else None
     if not 1 <= args.nodes <= MAX_NODES:
         p.error(f"--nodes (NODES) must be 1 to {MAX_NODES}, not {args.nodes}")
     if not 60 <= args.timeout <= 6 * 3600:
@@ -96,8 +116,11 @@ def main(argv: list[str] | None = None) -> int:
     driver = ["python", "-m", "byoc.bench.run", "--hosts", hosts, "--out", f"/workspace/{stamp}"]
     if args.quick:
         driver.append("--quick")
-    if args.parts:
-        driver += ["--parts", args.parts]
+    if in_image:
+        driver += ["--parts", ",".join(in_image)]
+    if in_image == []:  # --parts elastic
+        shutil.rmtree(work, ignore_errors=True)
+        return elastic_part(image, elastic, target, args.timeout)
     start = time.monotonic()
     code = 1
     try:
@@ -122,7 +145,19 @@ def main(argv: list[str] | None = None) -> int:
             shutil.move(str(produced), str(target))
             say(f"results: {target} ({time.monotonic() - start:.0f} s)")
         shutil.rmtree(work, ignore_errors=True)
+    left = args.timeout - (time.monotonic() - start)
+    if code == 0 and elastic:
+        code = elastic_part(image, elastic, target, max(left, 60))
     return code
+
+
+def elastic_part(image: str, repeats: int, target: Path, timeout: float) -> int:
+    """scripts/elastic_bench.py on the same image, its elastic.json beside the other results."""
+    say(f"elastic part: {repeats} join(s) and recovery(ies)")
+    os.environ["BYOC_IMAGE"] = image
+    return elastic_bench.main(
+        ["--repeats", str(repeats), "--out", str(target), "--timeout", str(min(timeout, 21600))]
+    )
 
 
 if __name__ == "__main__":

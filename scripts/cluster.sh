@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # A local cluster of development containers (docker/compose.yaml), for horovodrun across nodes.
 #   cluster.sh up [N]      start node0..node{N-1} (N = $NODES, default 2; at most 8)
+#   cluster.sh scale N     while a job runs: start nodes up to node{N-1}, stop those above
+#                          (stopped, not removed: a node that comes back keeps its host key)
+#   cluster.sh kill NODE   SIGKILL a node now, as a host that dies (scale brings it back)
 #   cluster.sh down        stop and remove them, their network and the cluster key
 #   cluster.sh ps          list the nodes
 #   cluster.sh shell       a shell on node0
 #   cluster.sh exec CMD..  run CMD on node0, e.g. horovodrun -np 4 -H node0:2,node1:2 python train.py
+# Elastic jobs find the nodes that answer with byoc-discover-hosts (docs/elastic.md).
 # The cluster key is made at `up` and kept outside the image and the repository, in
 # $CLUSTER_STATE (default ~/.local/state/pytorch-horovod/<project>); see README.md, "Local cluster".
 set -euo pipefail
@@ -66,19 +70,26 @@ running_nodes() {
     "$DOCKER" ps -aq --filter "label=com.docker.compose.project=$PROJECT" | wc -l
 }
 
-# The overlay made at `up` (compose.override.yaml in $STATE), per node:
+# The overlay made at `up` (compose.override.yaml in $STATE), per node, for every node the
+# cluster can grow to (`scale`), not only those started:
 # - NVIDIA's ulimits (memlock unlimited for pinned memory, 64 MB stack) where the engine may raise
 #   them: an engine that itself runs under a capped memlock cannot, and would refuse to start.
 # - one block of GPUs per node when this host has NVIDIA GPUs, so that local rank 0 of node0 and
-#   of node1 are not the same device. CLUSTER_GPUS=0 turns that off.
+#   of node1 are not the same device; the block size is fixed at `up` (GPUs / NODES), so a node
+#   added later gets a block of its own or is refused. CLUSTER_GPUS=0 turns that off.
+# It also writes $STATE/cluster.env: how many nodes the cluster can grow to, and each node's slots
+# (CLUSTER_SLOTS, else GPUs per node, else 2), which byoc-discover-hosts reports and the printed
+# commands use.
 write_overlay() {
     local nodes=$1 count=0 per=0 i j ids ulimits="" devices entry cpus=${CLUSTER_CPUS_PER_NODE:-0} cores
+    local capacity=$MAX_NODES slots=2
     # CLUSTER_CPUS_PER_NODE=k pins node i to cores i*k .. i*k+k-1, so that nodes do not share
     # cores (make bench's scaling figures); 0 (default): every node may use every core.
     if [ "$cpus" != 0 ]; then
         [[ $cpus =~ ^[1-9][0-9]{0,2}$ ]] || fail "CLUSTER_CPUS_PER_NODE must be a whole number of cores, not '$cpus'"
         cores=$(nproc)
         [ $((cpus * nodes)) -le "$cores" ] || fail "CLUSTER_CPUS_PER_NODE=$cpus for $nodes nodes needs $((cpus * nodes)) cores; this host has $cores"
+        [ $((cores / cpus)) -lt "$capacity" ] && capacity=$((cores / cpus))
         say "$cpus core(s) per node, not shared"
     fi
     if "$DOCKER" run --rm --ulimit memlock=-1:-1 --entrypoint true "$BYOC_IMAGE" >/dev/null 2>&1; then
@@ -94,14 +105,21 @@ write_overlay() {
         per=$((count / nodes))
         if [ "$count" -gt 0 ] && [ "$per" -ge 1 ]; then
             say "$count GPUs: $per per node"
+            slots=$per
+            [ $((count / per)) -lt "$capacity" ] && capacity=$((count / per))
         elif [ "$count" -gt 0 ]; then
             say "warning: $count GPUs for $nodes nodes: every node sees all of them (ranks may share a GPU)"
         fi
     fi
+    # CLUSTER_SLOTS: processes per node in the printed commands and in discovery's answer.
+    if [ -n "${CLUSTER_SLOTS:-}" ]; then
+        [[ $CLUSTER_SLOTS =~ ^[1-9][0-9]{0,2}$ ]] || fail "CLUSTER_SLOTS must be a whole number of processes per node, not '$CLUSTER_SLOTS'"
+        slots=$CLUSTER_SLOTS
+    fi
     {
-        echo "# Made by scripts/cluster.sh up for $nodes node(s) on this host."
+        echo "# Made by scripts/cluster.sh up for $nodes node(s) on this host, room for $capacity."
         echo "services:"
-        for ((i = 0; i < nodes; i++)); do
+        for ((i = 0; i < capacity; i++)); do
             devices=""
             if [ "$per" -ge 1 ]; then
                 ids=""
@@ -116,13 +134,34 @@ write_overlay() {
             echo "  node$i: {$entry}"
         done
     } >"$STATE/compose.override.yaml"
+    printf 'CLUSTER_CAPACITY=%d\nCLUSTER_SLOTS=%d\n' "$capacity" "$slots" >"$STATE/cluster.env"
+}
+
+# What `up` wrote to $STATE/cluster.env, checked: numbers only, nothing else is sourced.
+read_cluster_env() {
+    local line
+    CLUSTER_CAPACITY="" CLUSTER_SLOTS=""
+    [ -f "$STATE/cluster.env" ] || fail "$STATE/cluster.env is missing: was the cluster made by an older cluster.sh? 'make cluster-down' and up again"
+    while IFS= read -r line; do
+        case $line in
+            CLUSTER_CAPACITY=[1-9]*) CLUSTER_CAPACITY=${line#*=} ;;
+            CLUSTER_SLOTS=[1-9]*) CLUSTER_SLOTS=${line#*=} ;;
+        esac
+    done <"$STATE/cluster.env"
+    [[ $CLUSTER_CAPACITY =~ ^[0-9]+$ && $CLUSTER_SLOTS =~ ^[0-9]+$ ]] \
+        || fail "$STATE/cluster.env is damaged: 'make cluster-down' and up again"
+    export CLUSTER_SLOTS
+}
+
+check_count() {
+    if ! [[ $1 =~ ^[0-9]+$ ]] || [ "$1" -lt 1 ] || [ "$1" -gt $MAX_NODES ]; then
+        fail "NODES must be a number from 1 to $MAX_NODES, not '$1'"
+    fi
 }
 
 up() {
     local nodes=${1:-${NODES:-2}} services=() i start
-    if ! [[ $nodes =~ ^[0-9]+$ ]] || [ "$nodes" -lt 1 ] || [ "$nodes" -gt $MAX_NODES ]; then
-        fail "NODES must be a number from 1 to $MAX_NODES, not '$nodes'"
-    fi
+    check_count "$nodes"
     "$DOCKER" image inspect "$BYOC_IMAGE" >/dev/null 2>&1 \
         || fail "image $BYOC_IMAGE not found: build it (make build, or make build FLAVOR=cpu TAG=cpu and pass TAG=cpu)"
     local existing
@@ -145,9 +184,12 @@ up() {
     # DDP, and the module both import); a given one is untouched.
     if [ -z "$WORKSPACE_GIVEN" ] && [ ! -e "$CLUSTER_WORKSPACE/train.py" ]; then
         cp docker/examples/train_synthetic.py "$CLUSTER_WORKSPACE/train.py"
-        cp docker/examples/train_ddp.py docker/examples/synthetic_task.py "$CLUSTER_WORKSPACE/"
+        cp docker/examples/train_ddp.py docker/examples/train_elastic.py \
+            docker/examples/synthetic_task.py "$CLUSTER_WORKSPACE/"
     fi
     write_overlay "$nodes"
+    read_cluster_env
+    [ "$nodes" -le "$CLUSTER_CAPACITY" ] || fail "this host has room for $CLUSTER_CAPACITY node(s), not $nodes"
     for ((i = 0; i < nodes; i++)); do services+=("node$i"); done
     find_compose
     say "starting ${services[*]} from $BYOC_IMAGE (project $PROJECT)"
@@ -164,14 +206,17 @@ up() {
         done
     done
     local ssh_port jupyter_port hosts=""
-    for ((i = 0; i < nodes; i++)); do hosts+="${hosts:+,}node$i:2"; done
+    for ((i = 0; i < nodes; i++)); do hosts+="${hosts:+,}node$i:$CLUSTER_SLOTS"; done
     ssh_port=$(compose port node0 22 | sed 's/.*://')
     jupyter_port=$(compose port node0 8888 | sed 's/.*://')
     say "$nodes node(s) up in $((SECONDS - start)) s; /workspace on every node is $CLUSTER_WORKSPACE"
     cat >&2 <<EOF
   shell on node0:  scripts/cluster.sh shell
                    ssh -i $KEY_DIR/id_ed25519 -p $ssh_port root@${CLUSTER_BIND:-127.0.0.1}
-  train:           horovodrun -np $((nodes * 2)) -H $hosts python train.py
+  train:           horovodrun -np $((nodes * CLUSTER_SLOTS)) -H $hosts python train.py
+  elastic:         horovodrun -np $((nodes * CLUSTER_SLOTS)) --min-np $CLUSTER_SLOTS --max-np $((CLUSTER_CAPACITY * CLUSTER_SLOTS)) \\
+                       --host-discovery-script byoc-discover-hosts python train_elastic.py
+  add/remove:      make cluster-scale NODES=$((nodes + 1))    (node0 stays; docs/elastic.md)
   JupyterLab:      http://${CLUSTER_BIND:-127.0.0.1}:$jupyter_port/lab?token=$JUPYTER_TOKEN
   stop:            make cluster-down
 EOF
@@ -181,15 +226,68 @@ down() {
     find_compose
     say "stopping cluster '$PROJECT'"
     compose down -v --remove-orphans --timeout 15
-    rm -rf "$KEY_DIR" "$STATE/compose.override.yaml" "$STATE/jupyter_token"
+    rm -rf "$KEY_DIR" "$STATE/compose.override.yaml" "$STATE/cluster.env" "$STATE/jupyter_token"
     [ "$(running_nodes)" -eq 0 ] || fail "containers of '$PROJECT' are still there: $DOCKER ps --filter label=com.docker.compose.project=$PROJECT"
+}
+
+# Nodes node0..node{N-1} run, the others are stopped (SIGTERM, then SIGKILL after the grace
+# period), kept with their host keys for a later scale. Jobs see hosts come and go through
+# byoc-discover-hosts, which lists only the nodes whose sshd answers.
+scale() {
+    local nodes=${1:-} i name state start add=() stop=()
+    check_count "$nodes"
+    [ "$(running_nodes)" -gt 0 ] || fail "cluster '$PROJECT' is not up: 'make cluster-up' first"
+    read_cluster_env
+    [ "$nodes" -le "$CLUSTER_CAPACITY" ] \
+        || fail "this cluster has room for $CLUSTER_CAPACITY node(s) (GPUs or cores per node were fixed at up), not $nodes"
+    find_compose
+    for ((i = 0; i < MAX_NODES; i++)); do
+        name=node$i
+        state=$("$DOCKER" inspect -f '{{.State.Running}}' "$(compose ps -q "$name" 2>/dev/null || true)" 2>/dev/null || echo none)
+        if [ "$i" -lt "$nodes" ] && [ "$state" != true ]; then
+            add+=("$name")
+        elif [ "$i" -ge "$nodes" ] && [ "$state" = true ]; then
+            stop+=("$name")
+        fi
+    done
+    if [ ${#stop[@]} -gt 0 ]; then
+        say "stopping ${stop[*]}"
+        compose stop --timeout 15 "${stop[@]}" || fail "compose stop ${stop[*]} failed (see above)"
+    fi
+    if [ ${#add[@]} -gt 0 ]; then
+        say "starting ${add[*]}"
+        compose up -d --no-build --no-recreate "${add[@]}" || fail "compose up ${add[*]} failed (see above)"
+        start=$SECONDS
+        for name in "${add[@]}"; do
+            until compose exec -T node0 ssh "$name" true >/dev/null 2>&1; do
+                [ $((SECONDS - start)) -le 90 ] || fail "node0 could not ssh to $name within 90 s; 'scripts/cluster.sh ps' shows the nodes"
+                sleep 1
+            done
+        done
+        say "${add[*]} answer(s) ssh from node0 after $((SECONDS - start)) s"
+    fi
+    say "$nodes node(s) running"
+}
+
+kill_node() {
+    local name=${1:-}
+    if ! [[ $name =~ ^node[0-9]$ ]] || [ "${name#node}" -ge $MAX_NODES ]; then
+        fail "kill needs a node name, node1..node$((MAX_NODES - 1)), not '$name'"
+    fi
+    [ "$name" != node0 ] || fail "node0 runs the job's launcher and JupyterLab: kill another node"
+    find_compose
+    [ -n "$(compose ps -q "$name" 2>/dev/null)" ] || fail "$name is not part of cluster '$PROJECT'"
+    say "killing $name (SIGKILL)"
+    compose kill -s SIGKILL "$name"
 }
 
 case "${1:-}" in
     up) shift; up "$@" ;;
+    scale) shift; scale "$@" ;;
+    kill) shift; kill_node "$@" ;;
     down) down ;;
     ps) find_compose; compose ps ;;
     shell) find_compose; compose exec node0 bash ;;
     exec) shift; [ $# -gt 0 ] || fail "exec needs a command"; find_compose; compose exec -T node0 "$@" ;;
-    *) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+    *) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac

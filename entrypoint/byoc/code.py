@@ -171,14 +171,17 @@ def resolve(
         default = Path(default_program)
         return Program(str(default), default.parent, [sys.executable, str(default)])
     path = Path(entry_point) if os.path.isabs(entry_point) else code_dir / entry_point
+    # An absolute entry point (a script in the image, e.g. /opt/byoc/examples/train_elastic.py)
+    # runs in its own directory: the job may have no code channel, so no code_dir.
+    cwd = path.parent if os.path.isabs(entry_point) else code_dir
     if entry_point.endswith(".py"):
         if not path.is_file():
-            raise CodeError(f"entry point {entry_point} not found in {code_dir}")
-        return Program(entry_point, code_dir, [sys.executable, str(path)])
+            raise CodeError(f"entry point {entry_point} not found in {cwd}")
+        return Program(entry_point, cwd, [sys.executable, str(path)])
     if entry_point.endswith(".sh"):
         if not path.is_file():
-            raise CodeError(f"entry point {entry_point} not found in {code_dir}")
-        return Program(entry_point, code_dir, ["/bin/bash", str(path)])
+            raise CodeError(f"entry point {entry_point} not found in {cwd}")
+        return Program(entry_point, cwd, ["/bin/bash", str(path)])
     if (code_dir / "setup.py").is_file() or (code_dir / "pyproject.toml").is_file():
         result = subprocess.run(
             [sys.executable, "-m", "pip", "install", "--no-cache-dir", str(code_dir)], check=False

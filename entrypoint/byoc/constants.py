@@ -66,6 +66,15 @@ DEFAULT_TORCHRUN_PORT = 29500
 SSH_TRUST_ENV = "BYOC_SSH_TRUST"
 SSH_TRUST_MODES = ("auto", "on", "off")
 REPORT_TIMEOUT = 30.0  # s the leader waits for the workers' results once its own is known
+# byoc-discover-hosts (byoc.discover): horovodrun --host-discovery-script for elastic jobs.
+DISCOVER_HOSTS_ENV = "BYOC_DISCOVER_HOSTS"  # candidates: node{0..7}, a,b, each with :slots
+DISCOVER_FILE_ENV = "BYOC_DISCOVER_FILE"  # or a file of them, one `host[:slots]` a line
+DISCOVER_SLOTS_ENV = "BYOC_DISCOVER_SLOTS"  # slots of a candidate that names none
+DISCOVER_PORT_ENV = "BYOC_DISCOVER_PORT"  # the port that must answer with an SSH banner
+DEFAULT_DISCOVER_PORT = 22
+DISCOVER_TIMEOUT_ENV = "BYOC_DISCOVER_TIMEOUT"  # s for all probes together
+DEFAULT_DISCOVER_TIMEOUT = 1.0  # horovodrun asks every second
+MAX_DISCOVER_HOSTS = 1024
 RUNTIME_DIR = "/run/byoc"
 INIT_MARKER_ENV = "BYOC_INIT"  # set by byoc-init for all it starts (docker/bash-env.sh reads it)
 
@@ -145,4 +154,6 @@ SESSION_ENV_PREFIXES = (
     "FI_",
     "RDMAV_",
     "BYOC_FABRIC_SET",
+    # byoc-discover-hosts' candidates, for elastic horovodrun from an SSH session
+    "BYOC_DISCOVER_",
 )

@@ -98,3 +98,25 @@ def load(env: dict[str, str]) -> Settings:
         term_grace=seconds(env, C.TERM_GRACE_ENV, C.DEFAULT_TERM_GRACE, high=3600),
         ssh_trust=choice(env, C.SSH_TRUST_ENV, C.SSH_TRUST_MODES, "auto"),
     )
+
+
+@dataclass(frozen=True)
+class DiscoverySettings:
+    """byoc-discover-hosts' variables; the candidate list itself is parsed by byoc.discover."""
+
+    hosts: str  # BYOC_DISCOVER_HOSTS as given
+    file: str  # BYOC_DISCOVER_FILE, "" for none
+    slots: int | None  # BYOC_DISCOVER_SLOTS, None: GPUs on this host, else 1
+    port: int
+    timeout: float
+
+
+def load_discovery(env: dict[str, str]) -> DiscoverySettings:
+    slots = integer(env, C.DISCOVER_SLOTS_ENV, 0, 1, C.MAX_SLOTS_PER_HOST) or None
+    return DiscoverySettings(
+        hosts=env.get(C.DISCOVER_HOSTS_ENV, "").strip(),
+        file=env.get(C.DISCOVER_FILE_ENV, "").strip(),
+        slots=slots,
+        port=port(env, C.DISCOVER_PORT_ENV, C.DEFAULT_DISCOVER_PORT),
+        timeout=seconds(env, C.DISCOVER_TIMEOUT_ENV, C.DEFAULT_DISCOVER_TIMEOUT, high=60),
+    )

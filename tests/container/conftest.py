@@ -10,6 +10,8 @@ import contextlib
 import os
 import pathlib
 import re
+import shutil
+import subprocess
 import uuid
 
 import pytest
@@ -121,3 +123,57 @@ def gpu(client, gpu_image):
     pool = Containers(client, gpu_image)
     yield pool
     pool.remove_all()
+
+
+# --- the local compose cluster (scripts/cluster.sh), as users drive it ------------------------
+CLUSTER = ROOT / "scripts" / "cluster.sh"
+
+
+def cluster(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(
+            [str(CLUSTER), *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(f"cluster.sh {' '.join(args)} ran past {timeout} s: {exc}") from exc
+
+
+def have_compose() -> bool:
+    if shutil.which("docker-compose"):
+        return True
+    docker = shutil.which(os.environ.get("DOCKER", "docker"))
+    if docker is None:
+        return False
+    result = subprocess.run([docker, "compose", "version"], capture_output=True, check=False)
+    return result.returncode == 0
+
+
+@pytest.fixture
+def cluster_env(client, image, tmp_path):
+    """A cluster of this test run's own (project, state, workspace), always taken down."""
+    if not have_compose():
+        pytest.skip("no docker compose: `make test-container` installs docker-compose as root")
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    shutil.copy(SCRIPTS / "allreduce.py", workspace / "allreduce.py")
+    project = f"byoc-test-{RUN_ID}"
+    env = dict(
+        os.environ,
+        CLUSTER_PROJECT=project,
+        CLUSTER_STATE=str(tmp_path / "state"),
+        CLUSTER_WORKSPACE=str(workspace),
+        BYOC_IMAGE=image.tags[0] if image.tags else image.id,
+        CLUSTER_SHM_SIZE="1g",
+    )
+    yield env
+    cluster(env, "down", timeout=120)
+    label = f"com.docker.compose.project={project}"
+    for c in client.containers.list(all=True, filters={"label": label}):
+        c.remove(force=True, v=True)
+    for n in client.networks.list(filters={"label": label}):
+        n.remove()

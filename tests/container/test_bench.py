@@ -1,6 +1,7 @@
 """`make bench`'s smoke (scripts/bench.py --quick): one small size, one repeat, on 2 pinned
 nodes of the local cluster. It checks the shape of what a run leaves and that every library,
-the link, training, scaling, launch and the Pipe reader produced a figure; never a timing (the
+the link, training, scaling, launch, the Pipe reader and the elastic part (a join and a
+recovery) produced a figure; never a timing (the
 numbers are the benchmark's business: README.md, "Performance")."""
 
 from __future__ import annotations
@@ -12,8 +13,7 @@ import sys
 
 import pytest
 
-from tests.container.conftest import ROOT, RUN_ID
-from tests.container.test_cluster import have_compose
+from tests.container.conftest import ROOT, RUN_ID, have_compose
 
 
 @pytest.fixture
@@ -84,6 +84,10 @@ def test_quick_bench_measures_every_part_and_cleans_up(client, bench_env, tmp_pa
         ("tfrecord", 1 << 20),
     }
     assert results["nccl_tests"] == {"skipped": "no GPU on this host"}
+
+    elastic = json.loads((stamp / "elastic.json").read_text())
+    assert len(elastic["join_s"]) == 1 and elastic["join_s"][0] > 0, elastic
+    assert len(elastic["recovery_s"]) == 1 and elastic["recovery_s"][0] > 0, elastic
 
     assert (stamp / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "allreduce bus bandwidth, GB/s" in log and "link: one way" in log

@@ -186,9 +186,17 @@ def test_malformed_config_file_gives_clear_message(job, broken):
     assert f"{broken} is not valid JSON" in (root / "output" / "failure").read_text()
 
 
-@pytest.mark.parametrize("launcher", LAUNCHERS)
-def test_sigterm_mid_training_stops_fast_and_rerun_resumes(job, launcher):
+@pytest.mark.parametrize(
+    "launcher, program",
+    [("horovod", None), ("torchrun", None), ("horovod", "/opt/byoc/examples/train_elastic.py")],
+    ids=["horovod", "torchrun", "horovod-elastic-example"],
+)
+def test_sigterm_mid_training_stops_fast_and_rerun_resumes(job, launcher, program):
+    """A lost instance on SageMaker ends the job; the rerun (RetryStrategy, cluster repair)
+    resumes from /opt/ml/checkpoints, the elastic example too (docs/elastic.md, SageMaker)."""
     hps = {**FAST, "epochs": "30", "epoch_sleep": "1"}
+    if program:
+        hps["sagemaker_program"] = program
     leader, ml1 = job.start("algo-1", hps=hps, launcher=launcher)
     worker, ml2 = job.start("algo-2", hps=hps, launcher=launcher)
     checkpoint = ml1 / "checkpoints" / "checkpoint.pt"
@@ -211,7 +219,7 @@ def test_sigterm_mid_training_stops_fast_and_rerun_resumes(job, launcher):
     for c in list(job.started.values()):
         c.remove(force=True)
     job.started.clear()
-    rerun = {**FAST, "epochs": "30"}
+    rerun = {**FAST, "epochs": "30", **({"sagemaker_program": program} if program else {})}
     leader, _ = job.start("algo-1", hps=rerun, launcher=launcher)
     job.start("algo-2", hps=rerun, launcher=launcher)
     results = job.wait_all(timeout=300)

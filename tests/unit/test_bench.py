@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
 import pytest
 from byoc.bench import allreduce, pipe, plot, stats
@@ -510,8 +511,22 @@ def test_driver_refuses_bad_arguments_before_doing_anything(argv, tmp_path, monk
 
 @pytest.mark.parametrize(
     "argv",
-    [["--nodes", "0"], ["--nodes", "9"], ["--timeout", "5"], ["--cpus-per-node", "999"]],
-    ids=["no-nodes", "too-many-nodes", "short-timeout", "more-cores-than-the-host"],
+    [
+        ["--nodes", "0"],
+        ["--nodes", "9"],
+        ["--timeout", "5"],
+        ["--cpus-per-node", "999"],
+        ["--elastic-repeats", "7"],
+        ["--elastic-repeats", "-1"],
+    ],
+    ids=[
+        "no-nodes",
+        "too-many-nodes",
+        "short-timeout",
+        "more-cores-than-the-host",
+        "more-elastic-repeats-than-nodes",
+        "negative-elastic-repeats",
+    ],
 )
 def test_make_bench_refuses_bad_arguments_before_starting_a_cluster(argv, tmp_path, monkeypatch):
     import bench  # scripts/bench.py
@@ -522,6 +537,40 @@ def test_make_bench_refuses_bad_arguments_before_starting_a_cluster(argv, tmp_pa
         bench.main([*argv, "--out", str(tmp_path / "out")])
     assert exc.value.code == 2 and started == []
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("argv", [["--repeats", "0"], ["--repeats", "7"], ["--timeout", "1"]])
+def test_elastic_bench_refuses_bad_arguments_before_starting_a_cluster(argv, monkeypatch):
+    import elastic_bench  # scripts/elastic_bench.py
+
+    started = []
+    monkeypatch.setattr(elastic_bench.subprocess, "run", lambda *a, **k: started.append(a))
+    monkeypatch.setattr(elastic_bench.subprocess, "Popen", lambda *a, **k: started.append(a))
+    with pytest.raises(SystemExit) as exc:
+        elastic_bench.main(argv)
+    assert exc.value.code == 2 and started == []
+
+
+def test_elastic_bench_times_rank_0s_first_step_at_the_new_size(tmp_path):
+    import elastic_bench
+
+    log = tmp_path / "job.log"
+    log.write_text(
+        "ELASTIC training size=3 epoch=0 step=9 rank=1 t=105.000\n"
+        "ELASTIC training size=3 epoch=0 step=9 rank=0 t=99.000\n"  # before `after`
+        "ELASTIC training size=2 epoch=0 step=9 rank=0 t=104.000\n"
+        "ELASTIC training size=3 epoch=0 step=9 rank=0 t=106.500\n"
+    )
+
+    class Running:
+        returncode = None
+
+        def poll(self):
+            return None
+
+    assert elastic_bench.wait_training(log, 3, 100.0, time.monotonic() + 5, Running()) == 106.5
+    with pytest.raises(RuntimeError, match="size 4"):
+        elastic_bench.wait_training(log, 4, 100.0, time.monotonic() + 0.5, Running())
 
 
 def test_horovod_reduces_in_place_compressed_first_as_distributed_optimizer_does():

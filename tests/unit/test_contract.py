@@ -266,6 +266,12 @@ def test_code_from_tarball_and_entry_point_kinds(tmp_path):
     with pytest.raises(code.CodeError, match="neither an s3:// URI"):
         code.stage(str(tmp_path / "nope"), dest)
     assert code.resolve(None, dest).entry_point == C.DEFAULT_PROGRAM
+    # An absolute entry point (a script in the image) runs in its own directory, with no code.
+    absolute = code.resolve(str(src / "train.py"), tmp_path / "no-code-channel")
+    assert absolute.command == [sys.executable, str(src / "train.py")]
+    assert absolute.code_dir == src  # the working directory
+    with pytest.raises(code.CodeError, match=f"not found in {src}"):
+        code.resolve(str(src / "missing.py"), tmp_path / "no-code-channel")
 
 
 def test_unsafe_tarball_is_refused(tmp_path):
