@@ -669,8 +669,9 @@ def run_one(
             problems.append(f"core dump(s): native stacks at the end of {log}")
         else:
             # A standalone suite's workers are what its tests start, stop and kill, and the tests
-            # judge them (elastic: a worker whose host is removed leaves by an uncaught exception,
-            # horovod#2484). Their stacks are kept; the rank itself dying is caught above.
+            # judge them. Their stacks are kept and noted; the rank itself dying is caught above.
+            # The known cause (an elastic worker whose host was removed aborting in hvd.init(),
+            # horovod#2484) is fixed by our patch init-failure-not-abort: a note is news.
             notes.append(f"a worker the tests started dumped core: stacks at the end of {log}")
     per_rank = []
     for r in range(ranks):

@@ -59,6 +59,17 @@ def parser(description: str) -> argparse.ArgumentParser:
     return p
 
 
+def pick_device(local_rank: int) -> torch.device:
+    """This process's device: its local rank's GPU, made current before the first collective
+    (NCCL: one GPU per process), else the CPU with one thread (ranks share the host's cores)."""
+    if torch.cuda.is_available():
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        return device
+    torch.set_num_threads(1)
+    return torch.device("cpu")
+
+
 def make_data(args: argparse.Namespace) -> TensorDataset:
     """A fixed random linear map with noise: the same data for a seed, on every rank."""
     g = torch.Generator().manual_seed(args.seed)

@@ -39,14 +39,9 @@ def main() -> None:
         os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", "29500")
-    use_cuda = torch.cuda.is_available()
     local_rank = int(os.environ["LOCAL_RANK"])
-    if use_cuda:
-        device = torch.device("cuda", local_rank)
-        torch.cuda.set_device(device)  # before NCCL's first collective: one GPU per process
-    else:
-        device = torch.device("cpu")
-        torch.set_num_threads(1)  # several ranks share the host's cores
+    device = task.pick_device(local_rank)
+    use_cuda = device.type == "cuda"
     dist.init_process_group(backend="nccl" if use_cuda else "gloo")  # env://
     rank, size = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(args.seed)

@@ -89,12 +89,7 @@ def main() -> None:
     hvd.init()
     say(f"init size={hvd.size()} began={began:.3f}")
     torch.manual_seed(args.seed)
-    use_cuda = torch.cuda.is_available()
-    device = torch.device("cuda", hvd.local_rank()) if use_cuda else torch.device("cpu")
-    if use_cuda:
-        torch.cuda.set_device(device)
-    else:
-        torch.set_num_threads(1)  # several ranks share the host's cores
+    device = task.pick_device(hvd.local_rank())
 
     base = task.make_data(args)
     n = len(base)
