@@ -102,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     if target.exists():
         p.error(f"{target} exists already")
     args.out.mkdir(parents=True, exist_ok=True)
+    if in_image == []:  # --parts elastic: no in-image driver, no cluster of this script's
+        return elastic_part(image, elastic, target, args.timeout)
     work = Path(tempfile.mkdtemp(prefix=".work-", dir=args.out))
     env = {
         **os.environ,
@@ -118,9 +120,6 @@ def main(argv: list[str] | None = None) -> int:
         driver.append("--quick")
     if in_image:
         driver += ["--parts", ",".join(in_image)]
-    if in_image == []:  # --parts elastic
-        shutil.rmtree(work, ignore_errors=True)
-        return elastic_part(image, elastic, target, args.timeout)
     start = time.monotonic()
     code = 1
     try:
@@ -154,9 +153,11 @@ def main(argv: list[str] | None = None) -> int:
 def elastic_part(image: str, repeats: int, target: Path, timeout: float) -> int:
     """scripts/elastic_bench.py on the same image, its elastic.json beside the other results."""
     say(f"elastic part: {repeats} join(s) and recovery(ies)")
-    os.environ["BYOC_IMAGE"] = image
     return elastic_bench.main(
-        ["--repeats", str(repeats), "--out", str(target), "--timeout", str(min(timeout, 21600))]
+        [
+            *("--image", image, "--repeats", str(repeats), "--out", str(target)),
+            *("--timeout", str(min(timeout, 21600))),
+        ]
     )
 
 

@@ -12,7 +12,8 @@ again. horovodrun blacklists a failed host, so every repeat adds a new node: at 
             next call) to rank 0's first step in the larger world;
   recovery  from `kill` returning to rank 0's first step in the smaller world.
 Times come from the job's `ELASTIC training ... t=` lines (containers share the host's clock).
-Writes OUT/elastic.json and prints a table; the cluster is removed whatever happens.
+Writes OUT/elastic.json and prints a table; the cluster and its scratch directory are removed
+whatever happens.
 BYOC_BENCH_DISCOVERY replaces the discovery command (to time an image without
 byoc-discover-hosts, with --program and CLUSTER_WORKSPACE bringing the script).
 """
@@ -23,6 +24,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -144,13 +146,18 @@ def main(argv: list[str] | None = None) -> int:
         default="/opt/byoc/examples/train_elastic.py",
         help="the training script, as node0 sees it",
     )
+    name = os.environ.get("IMAGE", "pytorch-horovod")
+    p.add_argument(
+        "--image",
+        default=os.environ.get("BYOC_IMAGE") or f"{name}:{os.environ.get('TAG', 'cpu')}",
+        help="the image (default: $BYOC_IMAGE, else $IMAGE:$TAG, else pytorch-horovod:cpu)",
+    )
     args = p.parse_args(argv)
     if not 1 <= args.repeats <= MAX_REPEATS:
         p.error(f"--repeats must be 1 to {MAX_REPEATS}, not {args.repeats}")
     if not 60 <= args.timeout <= 6 * 3600:
         p.error("--timeout must be 60 to 21600 seconds")
-    name = os.environ.get("IMAGE", "pytorch-horovod")
-    image = os.environ.get("BYOC_IMAGE") or f"{name}:{os.environ.get('TAG', 'cpu')}"
+    image = args.image
     work = Path(tempfile.mkdtemp(prefix="elastic-bench-"))
     env = {
         **os.environ,
@@ -177,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         subprocess.run(
             [str(CLUSTER), "down"], env=env, capture_output=True, timeout=300, check=False
         )
+        shutil.rmtree(work, ignore_errors=True)  # its state and job log (tail printed on failure)
     print(f"{'':12} {'median s':>9}  runs")
     print(f"{'join':12} {result['join_median_s']:>9.2f}  {result['join_s']}")
     print(f"{'recovery':12} {result['recovery_median_s']:>9.2f}  {result['recovery_s']}")
