@@ -8,6 +8,7 @@
 #   cluster.sh ps          list the nodes
 #   cluster.sh shell       a shell on node0
 #   cluster.sh exec CMD..  run CMD on node0, e.g. horovodrun -np 4 -H node0:2,node1:2 python train.py
+#   cluster.sh on NODE CMD..  run CMD on NODE (torchrun starts on every node: docs/elastic.md)
 # Elastic jobs find the nodes that answer with byoc-discover-hosts (docs/elastic.md).
 # The cluster key is made at `up` and kept outside the image and the repository, in
 # $CLUSTER_STATE (default ~/.local/state/pytorch-horovod/<project>); see README.md, "Local cluster".
@@ -269,14 +270,20 @@ scale() {
     say "$nodes node(s) running"
 }
 
-kill_node() {
-    local name=${1:-}
+# A node of the running cluster, by name: $1 is what the user gave, $2 what needs it.
+check_node() {
+    local name=$1 what=$2
     if ! [[ $name =~ ^node[0-9]$ ]] || [ "${name#node}" -ge $MAX_NODES ]; then
-        fail "kill needs a node name, node1..node$((MAX_NODES - 1)), not '$name'"
+        fail "$what needs a node name, node0..node$((MAX_NODES - 1)), not '$name'"
     fi
-    [ "$name" != node0 ] || fail "node0 runs the job's launcher and JupyterLab: kill another node"
     find_compose
     [ -n "$(compose ps -q "$name" 2>/dev/null)" ] || fail "$name is not part of cluster '$PROJECT'"
+}
+
+kill_node() {
+    local name=${1:-}
+    [ "$name" != node0 ] || fail "node0 runs the job's launcher and JupyterLab: kill another node"
+    check_node "$name" kill
     say "killing $name (SIGKILL)"
     compose kill -s SIGKILL "$name"
 }
@@ -289,5 +296,7 @@ case "${1:-}" in
     ps) find_compose; compose ps ;;
     shell) find_compose; compose exec node0 bash ;;
     exec) shift; [ $# -gt 0 ] || fail "exec needs a command"; find_compose; compose exec -T node0 "$@" ;;
-    *) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+    on) shift; check_node "${1:-}" on; node=$1; shift
+        [ $# -gt 0 ] || fail "on $node needs a command"; compose exec -T "$node" "$@" ;;
+    *) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac

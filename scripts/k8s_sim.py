@@ -2,7 +2,8 @@
 """Run a deploy/kubernetes overlay the way its engine would, with Docker on this machine.
 
     scripts/k8s_sim.py --engine mpijob|trainer|volcano [--overlay DIR] [--workers 2]
-        [--image pytorch-horovod:cpu] [--extra-arg ARG ...] [--kill-worker I] [--timeout 600]
+        [--image pytorch-horovod:cpu] [--extra-arg ARG ...] [--kill-worker I [--kill-when RE]]
+        [--add-workers N [--add-when RE]] [--configmap-delay 5] [--timeout 600]
 
 The overlay is rendered (scripts/k8s_validate.py: kustomize when one is installed, else its
 checked subset) and its pod templates are run as the engine runs them, reading every command,
@@ -26,14 +27,24 @@ resources (requests are not enforced), GPUs and EFA devices (gpu/efa overlays ar
 the engines' retries and webhooks.
 
 --kill-worker I kills worker I once the launcher's output shows a rank took its first step (a
-node lost mid-job); the job must then end on its own. Exit status: the launcher's, as the
-engine takes it for the job's result; 124 past --timeout; 2 bad input; 1 when a step fails (a
-worker not Ready in time, Docker refusing). Everything it made is removed in every case.
+node lost mid-job), or once it matches --kill-when (needed with --add-workers, and then looked
+for after the add); a static job must then end on its own, an elastic one go on without it.
+--add-workers N (mpijob) raises Worker.replicas by N at the first step (or --add-when): the
+operator creates the pods at once, without waiting for them, and rewrites the hostfile.
+An MPIJob's launcher has the operator's ConfigMap as a directory at /etc/mpi: the hostfile and
+discover_hosts.sh ("#!/bin/sh", then `echo <pod>.<job>.<ns>.svc` per Running worker, sorted;
+the launcher first when runLauncherAsWorker), rewritten whenever the running workers change,
+--configmap-delay seconds later (the operator's update plus the kubelet's sync), atomically.
+
+Exit status: the launcher's, as the engine takes it for the job's result; 124 past --timeout;
+2 bad input; 1 when a step fails (a worker not Ready in time, Docker refusing). Everything it
+made is removed in every case.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import re
@@ -45,6 +56,8 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -149,6 +162,11 @@ class Job:
         self.ssh_config: str | None = None
         self.launcher_files: dict[str, str] = {}  # container path -> content
         self.all_files: dict[str, str] = {}
+        # The launcher's ConfigMap directory (mpijob): launcher_files under it live there, and
+        # discover_hosts.sh beside them.
+        self.config_dir: str | None = None
+        self.launcher_as_worker = False
+        self.new_worker: Callable[[int], Pod] | None = None  # a worker added mid-job (mpijob)
 
 
 def plugin_args(plugins: dict, name: str) -> dict[str, str]:
@@ -202,10 +220,17 @@ def plan(engine: str, objects: list[dict], workers: int) -> Job:
         mode = 0o600 if job.key_dir == "/root/.ssh" else 0o644
         job.key_modes = {k: mode for k in job.key_modes}
         replicas = spec["mpiReplicaSpecs"]
-        names = [f"{job.name}-worker-{i}" for i in range(workers)]
-        job.workers = [
-            Pod(n, job.name, job.namespace, replicas["Worker"]["template"]["spec"]) for n in names
-        ]
+        job.config_dir = "/etc/mpi"
+        job.launcher_as_worker = bool(spec.get("runLauncherAsWorker"))
+        worker_spec = replicas["Worker"]["template"]["spec"]
+
+        def new_worker(i: int) -> Pod:
+            pod = Pod(f"{job.name}-worker-{i}", job.name, job.namespace, copy.deepcopy(worker_spec))
+            pod.env["K_MPI_JOB_ROLE"] = "worker"
+            return pod
+
+        job.new_worker = new_worker
+        job.workers = [new_worker(i) for i in range(workers)]
         job.launcher = Pod(
             f"{job.name}-launcher",
             job.name,
@@ -225,8 +250,6 @@ def plan(engine: str, objects: list[dict], workers: int) -> Job:
                 "NVIDIA_DRIVER_CAPABILITIES": "",
             }
         )
-        for w in job.workers:
-            w.env["K_MPI_JOB_ROLE"] = "worker"
     elif engine == "trainer":
         tj = _one(objects, "TrainJob")
         runtime = _one(objects, "ClusterTrainingRuntime")
@@ -307,16 +330,29 @@ def plan(engine: str, objects: list[dict], workers: int) -> Job:
     else:
         raise SimError(f"engine {engine!r}: use one of {', '.join(ENGINES)}")
     for pod in [*job.workers, job.launcher]:
-        take_volumes(pod)
-        caps = ((pod.container.get("securityContext") or {}).get("capabilities") or {}).get("add")
-        extra = sorted(set(caps or []) - ALLOWED_CAPS)
-        if extra:
-            raise SimError(f"pod {pod.name} adds capabilities {', '.join(extra)}: not simulated")
-        limits = (pod.container.get("resources") or {}).get("limits") or {}
-        devices = [k for k in limits if "/" in k]
-        if devices:
-            raise SimError(f"pod {pod.name} asks for {', '.join(devices)}: not simulated here")
+        check_pod(pod)
     return job
+
+
+def check_pod(pod: Pod) -> None:
+    """The pod's volumes taken; what cannot be simulated refused."""
+    take_volumes(pod)
+    caps = ((pod.container.get("securityContext") or {}).get("capabilities") or {}).get("add")
+    extra = sorted(set(caps or []) - ALLOWED_CAPS)
+    if extra:
+        raise SimError(f"pod {pod.name} adds capabilities {', '.join(extra)}: not simulated")
+    limits = (pod.container.get("resources") or {}).get("limits") or {}
+    devices = [k for k in limits if "/" in k]
+    if devices:
+        raise SimError(f"pod {pod.name} asks for {', '.join(devices)}: not simulated here")
+
+
+def discover_hosts_script(job: Job, running: list[Pod]) -> str:
+    """The MPI Operator's discover_hosts.sh for these Running workers."""
+    names = sorted(p.name for p in running)
+    if job.launcher_as_worker:
+        names.insert(0, job.launcher.name)
+    return "#!/bin/sh\n" + "".join(f"echo {n}.{job.name}.{job.namespace}.svc\n" for n in names)
 
 
 def docker_args(pod: Pod) -> tuple[list[str], list[str]]:
@@ -343,7 +379,7 @@ class Sim:
         self.network = self.tag
         self.containers: list[str] = []
         self.launcher_lines: list[str] = []
-        self.first_step = threading.Event()
+        self.config: Path | None = None  # the launcher's ConfigMap directory, where there is one
         self.follower: subprocess.Popen | None = None
 
     def d(self, *args: str, timeout: float = 120, check: bool = True) -> str:
@@ -374,24 +410,84 @@ class Sim:
         claim = self.work / "claim"
         claim.mkdir()
         os.chmod(claim, 0o777)  # fsGroup's group-writable volume, for root and uid 1000 alike
+        config = self.job.config_dir
+        if config is not None:  # the ConfigMap volume: one directory, files replaced in it
+            self.config = self.work / "configmap"
+            self.config.mkdir()
+            self.job.launcher.mounts.append((self.config, config, True))
         for n, (path, text) in enumerate({**self.job.launcher_files, **self.job.all_files}.items()):
+            if config is not None and os.path.dirname(path) == config:
+                self.write_config(os.path.basename(path), text, 0o444)
+                continue
             host = self.work / f"file-{n}"
             host.write_text(text)
             os.chmod(host, 0o444)
             pods = [self.job.launcher] if path in self.job.launcher_files else self.all_pods()
             for p in pods:
                 p.mounts.append((host, path, True))
-        for n, p in enumerate(self.all_pods()):
-            secret = self.work / f"secret-{n}"
-            secret.mkdir()
-            fs_group = p.security()[2]
-            for name, mode in self.job.key_modes.items():
-                shutil.copy(keys / name, secret / name)
-                os.chown(secret / name, 0, fs_group if fs_group is not None else 0)
-                os.chmod(secret / name, mode)
-            os.chmod(secret, 0o1777)
-            p.mounts.append((secret, self.job.key_dir, True))
-            p.mounts += [(claim, path, ro) for path, ro in p.claims]
+        for p in self.all_pods():
+            self.pod_files(p)
+
+    def pod_files(self, p: Pod) -> None:
+        """The pod's own copy of the Secret, and the shared claim where it mounts one."""
+        secret = Path(tempfile.mkdtemp(prefix="secret-", dir=self.work))
+        fs_group = p.security()[2]
+        for name, mode in self.job.key_modes.items():
+            shutil.copy(self.work / "keys" / name, secret / name)
+            os.chown(secret / name, 0, fs_group if fs_group is not None else 0)
+            os.chmod(secret / name, mode)
+        os.chmod(secret, 0o1777)
+        p.mounts.append((secret, self.job.key_dir, True))
+        p.mounts += [(self.work / "claim", path, ro) for path, ro in p.claims]
+
+    def write_config(self, name: str, text: str, mode: int) -> None:
+        """One file of the ConfigMap directory, replaced at once (the kubelet swaps a symlink):
+        a reader sees the old file or the new one, never half of it."""
+        tmp = self.config / f".{name}.new"
+        tmp.write_text(text)
+        os.chmod(tmp, mode)
+        os.replace(tmp, self.config / name)
+
+    def sync_configmap(self, delay: float, stop: threading.Event) -> None:
+        """discover_hosts.sh follows the Running workers, `delay` seconds behind them."""
+        shown: list[str] | None = None
+        pending: tuple[float, list[str]] | None = None
+        while not stop.is_set():
+            running = [p for p, name in self.worker_containers() if self.running(name)]
+            now = [p.name for p in running]
+            if now != (pending[1] if pending else shown):
+                pending = (time.monotonic() + delay, now)
+            if pending and time.monotonic() >= pending[0]:
+                names = set(pending[1])
+                pods = [p for p in self.job.workers if p.name in names]
+                try:
+                    self.write_config(
+                        "discover_hosts.sh", discover_hosts_script(self.job, pods), 0o555
+                    )
+                except OSError as exc:  # the run is ending and its directory going
+                    say(f"discover_hosts.sh not rewritten: {exc}")
+                    return
+                shown, pending = pending[1], None
+                say(f"discover_hosts.sh lists {', '.join(sorted(names)) or 'no worker'}")
+            stop.wait(0.5)
+
+    def worker_containers(self) -> list[tuple[Pod, str]]:
+        return [(p, f"{self.tag}-{p.name}") for p in self.job.workers]
+
+    def add_worker(self) -> str:
+        """Worker.replicas + 1: the operator creates the next pod now, Ready or not, and
+        rebuilds the hostfile from the replicas."""
+        pod = self.job.new_worker(len(self.job.workers))
+        check_pod(pod)
+        self.pod_files(pod)
+        self.job.workers.append(pod)
+        if self.config is not None and (self.config / "hostfile").exists():
+            slots = int(self.job.launcher.env.get("OMPI_MCA_orte_set_default_slots", "1"))
+            hostfile = "".join(f"{p.aliases[1]} slots={slots}\n" for p in self.job.workers)
+            self.write_config("hostfile", hostfile, 0o444)
+        name = self.start(pod)
+        say(f"added worker {pod.name}")
+        return name
 
     def all_pods(self) -> list[Pod]:
         return [*self.job.workers, self.job.launcher]
@@ -458,8 +554,6 @@ class Sim:
             for line in proc.stdout:
                 self.launcher_lines.append(line)
                 print(f"[launcher] {line}", end="", flush=True)
-                if FIRST_STEP.search(line):
-                    self.first_step.set()
             proc.wait()
 
         t = threading.Thread(target=pump, daemon=True)
@@ -474,17 +568,30 @@ class Sim:
         self.d("network", "rm", self.network, check=False, timeout=60)
 
 
+@dataclass
+class Scenario:
+    """What happens to the job while it runs: triggered by the launcher's output."""
+
+    kill_worker: int | None = None
+    kill_when: re.Pattern = FIRST_STEP
+    add_workers: int = 0
+    add_when: re.Pattern = FIRST_STEP
+    configmap_delay: float = 5.0
+
+
 def run(
     job: Job,
     image: str,
     docker: str,
     timeout: float,
-    kill_worker: int | None,
+    scenario: Scenario,
     label: str | None = None,
 ) -> dict:
     start = time.monotonic()
     deadline = start + timeout
     result: dict = {"engine": job.engine, "job": job.name, "workers": [p.name for p in job.workers]}
+    stop_sync = threading.Event()
+    syncer: threading.Thread | None = None
     with tempfile.TemporaryDirectory(prefix="k8s-sim-") as tmp:
         sim = Sim(job, image, docker, Path(tmp), label)
         try:
@@ -494,25 +601,52 @@ def run(
             for pod, name in zip(job.workers, names, strict=True):
                 sim.wait_ready(pod, name, deadline)
             say(f"{len(names)} worker(s) Ready in {time.monotonic() - start:.1f} s; the launcher")
+            if sim.config is not None:
+                sim.write_config(
+                    "discover_hosts.sh", discover_hosts_script(job, job.workers), 0o555
+                )
+                syncer = threading.Thread(
+                    target=sim.sync_configmap,
+                    args=(scenario.configmap_delay, stop_sync),
+                    daemon=True,
+                )
+                syncer.start()
             launcher = sim.start(job.launcher)
             pump = sim.follow(launcher)
             killed_at = None
+            added = scenario.add_workers == 0
+            seen = 0  # launcher lines read by the triggers
+            text = ""
             while sim.running(launcher):
                 if time.monotonic() > deadline:
                     say(f"the job ran past --timeout {timeout:.0f} s")
                     result["exit_code"] = 124
                     return result
-                if kill_worker is not None and killed_at is None and sim.first_step.is_set():
-                    sim.d("kill", names[kill_worker])
+                lines = sim.launcher_lines[seen:]
+                seen += len(lines)
+                text = (text + "".join(lines))[-100_000:]
+                m = None if added else scenario.add_when.search(text)
+                if m:
+                    names += [sim.add_worker() for _ in range(scenario.add_workers)]
+                    added, text = True, text[m.end() :]  # later triggers: what follows
+                if (
+                    added
+                    and scenario.kill_worker is not None
+                    and killed_at is None
+                    and scenario.kill_when.search(text)
+                ):
+                    sim.d("kill", names[scenario.kill_worker])
                     killed_at = time.monotonic()
-                    say(f"killed worker {job.workers[kill_worker].name}")
+                    say(f"killed worker {job.workers[scenario.kill_worker].name}")
                 time.sleep(0.2)
             code = int(sim.d("inspect", "-f", "{{.State.ExitCode}}", launcher).strip())
             pump.join(10)
             result["exit_code"] = code
-            if kill_worker is not None:
+            if scenario.add_workers and not added:
+                raise SimError("the launcher ended before --add-when matched: nothing added")
+            if scenario.kill_worker is not None:
                 if killed_at is None:
-                    raise SimError("the launcher ended before a rank's first step: nothing killed")
+                    raise SimError("the launcher ended before --kill-when matched: nothing killed")
                 result["seconds_after_kill"] = round(time.monotonic() - killed_at, 1)
             # The engine's clean-up: workers still running are deleted now the launcher ended.
             result["workers_running_at_end"] = [
@@ -520,6 +654,10 @@ def run(
             ]
             return result
         finally:
+            stop_sync.set()
+            if syncer is not None:
+                syncer.join(10)
+            result["workers"] = [p.name for p in job.workers]
             out = "".join(sim.launcher_lines)
             result["launcher_output"] = out
             # Where the ranks ran: a job that silently collapsed onto one node shows here.
@@ -543,6 +681,20 @@ def main(argv: list[str] | None = None) -> int:
         help="appended to the launcher's args (e.g. the example's --fail-on-rank=1)",
     )
     p.add_argument("--kill-worker", type=int, default=None, help="kill worker I mid-job")
+    p.add_argument(
+        "--kill-when",
+        default=None,
+        help="kill it once the launcher's output (after any --add-workers) matches this "
+        "regular expression (default: a rank's first step)",
+    )
+    p.add_argument("--add-workers", type=int, default=0, help="mpijob: Worker.replicas + N mid-job")
+    p.add_argument("--add-when", default=None, help="add them once the output matches this")
+    p.add_argument(
+        "--configmap-delay",
+        type=float,
+        default=5.0,
+        help="mpijob: seconds from a worker's start or death to discover_hosts.sh showing it",
+    )
     p.add_argument("--timeout", type=float, default=600.0, help="seconds for the whole job")
     p.add_argument("--json", type=Path, default=None, help="write the result here too")
     p.add_argument(
@@ -551,8 +703,37 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if not 1 <= args.workers <= MAX_WORKERS:
         p.error(f"--workers must be 1 to {MAX_WORKERS}")
-    if args.kill_worker is not None and not 0 <= args.kill_worker < args.workers:
-        p.error(f"--kill-worker must name a worker, 0 to {args.workers - 1}")
+    if not 0 <= args.add_workers <= MAX_WORKERS - args.workers:
+        p.error(f"--add-workers: 0 to {MAX_WORKERS - args.workers} (at most {MAX_WORKERS} in all)")
+    if args.add_workers and args.engine != "mpijob":
+        # Trainer v2 makes numNodes immutable; a Volcano Job's replicas can change, but the
+        # hosts files and variables of the pods already running do not (docs/elastic.md).
+        p.error("--add-workers: only the mpijob engine adds workers to a running job")
+    if args.kill_when is not None and args.kill_worker is None:
+        p.error("--kill-when needs --kill-worker")
+    if args.add_when is not None and not args.add_workers:
+        p.error("--add-when needs --add-workers")
+    if args.add_workers and args.kill_worker is not None and args.kill_when is None:
+        # After an add, a rank's first step is long past: say what to wait for.
+        p.error("--kill-worker with --add-workers needs --kill-when (e.g. the larger world)")
+    everyone = args.workers + args.add_workers
+    if args.kill_worker is not None and not 0 <= args.kill_worker < everyone:
+        p.error(f"--kill-worker must name a worker, 0 to {everyone - 1}")
+    if not 0 <= args.configmap_delay <= 300:
+        p.error("--configmap-delay must be 0 to 300 seconds")
+    scenario = Scenario(
+        kill_worker=args.kill_worker,
+        add_workers=args.add_workers,
+        configmap_delay=args.configmap_delay,
+    )
+    for option in ("kill_when", "add_when"):
+        text = getattr(args, option)
+        if text is None:
+            continue
+        try:
+            setattr(scenario, option, re.compile(text))
+        except re.error as exc:
+            p.error(f"--{option.replace('_', '-')} {text!r}: not a regular expression: {exc}")
     if args.label is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}", args.label):
         p.error("--label: letters, digits, '_', '.' and '-', at most 63")
     if not 10 <= args.timeout <= 7200:
@@ -582,7 +763,7 @@ def main(argv: list[str] | None = None) -> int:
             ]
         say(f"{args.engine}: job {job.name}, {args.workers} worker(s), image {args.image}")
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # finally: blocks still clean up
-        result = run(job, args.image, docker, args.timeout, args.kill_worker, args.label)
+        result = run(job, args.image, docker, args.timeout, scenario, args.label)
     except SimError as exc:
         say(f"error: {exc}")
         return 1

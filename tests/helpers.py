@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -46,3 +47,16 @@ def wait_all(started: dict, timeout: float) -> dict:
     for t in threads:
         t.join(timeout + 5)
     return results
+
+
+def elastic_coverage(text: str) -> list[tuple[int, int, int, int]]:
+    """(epoch, missing, extra, padding) of rank 0's COVERAGE lines (train_elastic.py
+    --check-coverage): every sample trained once per epoch means missing 0, extra == padding."""
+    return [
+        (int(e), int(m), int(x), int(p))
+        for e, m, x, p in re.findall(
+            r"COVERAGE epoch=(\d+) samples=\d+ missing=(\d+) extra=(-?\d+) padding=(\d+) "
+            r"size=\d+ rank=0\b",
+            text,
+        )
+    ]

@@ -11,6 +11,9 @@ SM_MODEL_DIR.
 
 Run it with torchrun, e.g. `torchrun --nproc-per-node 2 train_ddp.py --epochs 1`; in the image,
 `train` runs it for SageMaker's torch_distributed. A plain `python train_ddp.py` runs one process.
+Under elastic torchrun (`--nnodes MIN:MAX`, docs/elastic.md) a lost or added node restarts every
+process, which resume from the last checkpoint; --pg-timeout bounds how long the survivors of a
+lost node wait in a collective before they fail and torchrun restarts them.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import synthetic_task as task
@@ -29,20 +33,47 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 
 def parse_args() -> argparse.Namespace:
-    return task.parser(__doc__.splitlines()[0]).parse_args()
+    p = task.parser(__doc__.splitlines()[0])
+    p.add_argument(
+        "--pg-timeout",
+        "--pg_timeout",
+        type=float,
+        default=0.0,
+        help="seconds a collective waits for its peers before it fails (0: torch's default, "
+        "30 min with Gloo, 10 min with NCCL); above the slowest step, below the wait you "
+        "accept after a node dies",
+    )
+    args = p.parse_args()
+    if args.pg_timeout < 0:
+        p.error("--pg-timeout must be 0 (torch's default) or more seconds")
+    return args
 
 
 @record  # torchrun's failure summary then shows a rank's exception, not only its exit code
 def main() -> None:
     args = parse_args()
-    if "WORLD_SIZE" not in os.environ:  # not under torchrun: a world of one
+    slurm = [os.environ.get(n, "") for n in ("SLURM_PROCID", "SLURM_STEP_NUM_TASKS")]
+    if "WORLD_SIZE" not in os.environ and all(slurm):
+        # `srun python train_ddp.py`, a task per GPU and no torchrun: the step's variables, and
+        # the first node's address from the batch script (docs/slurm.md).
+        if not os.environ.get("MASTER_ADDR"):
+            raise SystemExit(
+                "train_ddp.py: started by srun without torchrun: export MASTER_ADDR (the "
+                "first node: scontrol show hostnames $SLURM_JOB_NODELIST | head -n1) first"
+            )
+        os.environ.update(
+            RANK=slurm[0], WORLD_SIZE=slurm[1], LOCAL_RANK=os.environ.get("SLURM_LOCALID", "0")
+        )
+        os.environ.setdefault("MASTER_PORT", "29500")
+    elif "WORLD_SIZE" not in os.environ:  # not under torchrun: a world of one
         os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", "29500")
     local_rank = int(os.environ["LOCAL_RANK"])
     device = task.pick_device(local_rank)
     use_cuda = device.type == "cuda"
-    dist.init_process_group(backend="nccl" if use_cuda else "gloo")  # env://
+    timeout = {"timeout": timedelta(seconds=args.pg_timeout)} if args.pg_timeout else {}
+    dist.init_process_group(backend="nccl" if use_cuda else "gloo", **timeout)  # env://
     rank, size = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(args.seed)
 
@@ -62,6 +93,9 @@ def main() -> None:
     dist.broadcast_object_list(state, src=0, device=device)
     start_epoch = task.restore(state[0], model, optimizer)
     del state
+    restarts = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+    if restarts is not None and rank == 0:  # torchrun's try: 0 first, +1 on each restart
+        print(f"TORCHRUN restart={restarts} size={size} epoch={start_epoch}", flush=True)
 
     ddp = DistributedDataParallel(model, device_ids=[local_rank] if use_cuda else None)
     amp = args.amp and use_cuda

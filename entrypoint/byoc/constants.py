@@ -69,6 +69,9 @@ REPORT_TIMEOUT = 30.0  # s the leader waits for the workers' results once its ow
 # byoc-discover-hosts (byoc.discover): horovodrun --host-discovery-script for elastic jobs.
 DISCOVER_HOSTS_ENV = "BYOC_DISCOVER_HOSTS"  # candidates: node{0..7}, a,b, each with :slots
 DISCOVER_FILE_ENV = "BYOC_DISCOVER_FILE"  # or a file of them, one `host[:slots]` a line
+# or a program that prints them (the MPI Operator's /etc/mpi/discover_hosts.sh), run each call
+DISCOVER_COMMAND_ENV = "BYOC_DISCOVER_COMMAND"
+DISCOVER_COMMAND_TIMEOUT = 10.0  # s: the operator's script only echoes; a stalled one is an error
 DISCOVER_SLOTS_ENV = "BYOC_DISCOVER_SLOTS"  # slots of a candidate that names none
 DISCOVER_PORT_ENV = "BYOC_DISCOVER_PORT"  # the port that must answer with an SSH banner
 DEFAULT_DISCOVER_PORT = 22

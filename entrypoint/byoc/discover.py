@@ -1,11 +1,13 @@
 """byoc-discover-hosts: the hosts of an elastic job that answer now, as horovodrun wants them.
 
 horovodrun --host-discovery-script runs it every second and reads `host:slots` lines from its
-stdout. The candidates come from BYOC_DISCOVER_HOSTS (`node{0..7}`, `a,b:4`) and/or the file
+stdout. The candidates come from BYOC_DISCOVER_HOSTS (`node{0..7}`, `a,b:4`), the file
 BYOC_DISCOVER_FILE (one `host[:slots]` a line, re-read on every call, so a job's hosts can be
-edited while it runs). A candidate is listed when its name resolves and its SSH port answers with
-an SSH banner within BYOC_DISCOVER_TIMEOUT, all probed at once: a stopped container (no DNS name),
-a killed host (no answer) and a host whose sshd is not up yet (no banner) are left out, so
+edited while it runs) and/or the program BYOC_DISCOVER_COMMAND, run on every call, whose output
+has the file's form (the MPI Operator's /etc/mpi/discover_hosts.sh, which lists the Running
+worker pods without slots). A candidate is listed when its name resolves and its SSH port answers
+with an SSH banner within BYOC_DISCOVER_TIMEOUT, all probed at once: a stopped container (no DNS
+name), a killed host (no answer) and a host whose sshd is not up yet (no banner) are left out, so
 horovodrun never starts a worker where it cannot log in.
 
 Exit 0 with the hosts that answer (none is a valid answer: horovodrun waits for --min-np);
@@ -15,9 +17,12 @@ exit 2 with a message naming the variable, file or option when the candidates ar
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
+import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -83,31 +88,104 @@ def parse_entries(entries: list[str], source: str, default_slots: int) -> list[C
     return list(out.values())
 
 
+def parse_lines(text: str, where: str, default_slots: int) -> list[Candidate]:
+    """One `host[:slots]` a line, `#` comments and blank lines ignored; `where` names the source
+    in messages ("<file>, line 3")."""
+    out: dict[str, Candidate] = {}
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        if len(line.split()) != 1:
+            raise DiscoveryError(f"{where}, line {number}: one `host[:slots]` a line, not {line!r}")
+        for c in parse_entries([line], f"{where}, line {number}", default_slots):
+            out.setdefault(c.host, c)
+        if len(out) > C.MAX_DISCOVER_HOSTS:
+            raise DiscoveryError(f"{where}: more than {C.MAX_DISCOVER_HOSTS} hosts")
+    return list(out.values())
+
+
+def _decode(data: bytes, source: str) -> str:
+    if len(data) > _MAX_FILE_BYTES:
+        raise DiscoveryError(f"{source}: larger than {_MAX_FILE_BYTES} bytes")
+    try:
+        return data.decode()
+    except UnicodeDecodeError:
+        raise DiscoveryError(f"{source}: not UTF-8 text") from None
+
+
 def read_file(path: Path, default_slots: int) -> list[Candidate]:
     try:
         with path.open("rb") as f:
             data = f.read(_MAX_FILE_BYTES + 1)
     except OSError as exc:
         raise DiscoveryError(f"{C.DISCOVER_FILE_ENV}={path}: cannot be read: {exc}") from None
-    if len(data) > _MAX_FILE_BYTES:
-        raise DiscoveryError(f"{C.DISCOVER_FILE_ENV}={path}: larger than {_MAX_FILE_BYTES} bytes")
+    return parse_lines(_decode(data, f"{C.DISCOVER_FILE_ENV}={path}"), str(path), default_slots)
+
+
+def _drain(stream, keep: int, into: list[bytes]) -> None:
+    """Read a pipe to its end as data comes, keeping at most `keep` + 1 bytes (a program that
+    floods its output costs no memory; the surplus byte says it overflowed)."""
+    held = 0
+    while chunk := stream.read1(65536):
+        if held <= keep:
+            into.append(chunk[: keep + 1 - held])
+            held += len(into[-1])
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """The program and whatever it left behind (its own session: nothing else)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def run_command(command: str, default_slots: int, timeout: float) -> list[Candidate]:
+    """The candidates a discovery program prints: run without a shell, in a session of its own,
+    no input, bounded in time and output; a failure names the variable and the program."""
+    source = f"{C.DISCOVER_COMMAND_ENV}={command}"
+    if not Path(command).is_absolute() or any(c.isspace() for c in command):
+        raise DiscoveryError(
+            f"{source}: the absolute path of a program, no arguments (it runs without a shell)"
+        )
     try:
-        text = data.decode()
-    except UnicodeDecodeError:
-        raise DiscoveryError(f"{C.DISCOVER_FILE_ENV}={path}: not UTF-8 text") from None
-    entries = []
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.split("#", 1)[0].strip()
-        if not line:
-            continue
-        if len(line.split()) != 1:
-            raise DiscoveryError(f"{path}, line {number}: one `host[:slots]` a line, not {line!r}")
-        entries.append((line, f"{path}, line {number}"))
-    out: dict[str, Candidate] = {}
-    for entry, source in entries:
-        for c in parse_entries([entry], source, default_slots):
-            out.setdefault(c.host, c)
-    return list(out.values())
+        proc = subprocess.Popen(
+            [command],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        raise DiscoveryError(f"{source}: cannot be run: {exc.strerror or exc}") from None
+    out: list[bytes] = []
+    err: list[bytes] = []
+    readers = [
+        threading.Thread(target=_drain, args=(proc.stdout, _MAX_FILE_BYTES, out), daemon=True),
+        threading.Thread(target=_drain, args=(proc.stderr, 4096, err), daemon=True),
+    ]
+    for t in readers:
+        t.start()
+    try:
+        code = proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        code = None
+    # Whatever it started goes with it; then its pipes close and the readers end.
+    _kill_group(proc)
+    proc.wait()
+    for t in readers:
+        t.join(2)
+    held_open = any(t.is_alive() for t in readers)
+    proc.stdout.close()
+    proc.stderr.close()
+    if code is None:
+        raise DiscoveryError(f"{source}: no answer within {timeout:g} s")
+    if held_open:
+        raise DiscoveryError(f"{source}: exited, but something it started keeps its output open")
+    if code != 0:
+        said = b"".join(err).decode(errors="replace").strip()[-400:]
+        raise DiscoveryError(f"{source}: exited {code}" + (f": {said}" if said else ""))
+    text = _decode(b"".join(out), f"{source}: its output")
+    return parse_lines(text, f"{command}'s output", default_slots)
 
 
 def candidates(cfg: S.DiscoverySettings, default_slots: int) -> list[Candidate]:
@@ -119,10 +197,14 @@ def candidates(cfg: S.DiscoverySettings, default_slots: int) -> list[Candidate]:
     if cfg.file:
         for c in read_file(Path(cfg.file), default_slots):
             found.setdefault(c.host, c)
-    if not cfg.hosts and not cfg.file:
+    if cfg.command:
+        for c in run_command(cfg.command, default_slots, C.DISCOVER_COMMAND_TIMEOUT):
+            found.setdefault(c.host, c)
+    if not (cfg.hosts or cfg.file or cfg.command):
         raise DiscoveryError(
-            f"no candidates: set {C.DISCOVER_HOSTS_ENV} (e.g. 'node{{0..7}}') or "
-            f"{C.DISCOVER_FILE_ENV} (a file of host[:slots] lines), or pass --hosts/--file"
+            f"no candidates: set {C.DISCOVER_HOSTS_ENV} (e.g. 'node{{0..7}}'), "
+            f"{C.DISCOVER_FILE_ENV} (a file of host[:slots] lines) or {C.DISCOVER_COMMAND_ENV} "
+            "(a program that prints them), or pass --hosts/--file/--command"
         )
     return list(found.values())
 
@@ -177,6 +259,11 @@ def parse_args(argv: list[str], cfg: S.DiscoverySettings) -> S.DiscoverySettings
     )
     p.add_argument("--hosts", default=cfg.hosts, help=f"candidates ({C.DISCOVER_HOSTS_ENV})")
     p.add_argument("--file", default=cfg.file, help=f"a file of candidates ({C.DISCOVER_FILE_ENV})")
+    p.add_argument(
+        "--command",
+        default=cfg.command,
+        help=f"a program that prints them ({C.DISCOVER_COMMAND_ENV})",
+    )
     p.add_argument("--slots", default=None, help=f"default slots ({C.DISCOVER_SLOTS_ENV})")
     p.add_argument("--port", default=None, help=f"SSH port to probe ({C.DISCOVER_PORT_ENV})")
     p.add_argument("--timeout", default=None, help=f"seconds ({C.DISCOVER_TIMEOUT_ENV})")
@@ -190,6 +277,7 @@ def parse_args(argv: list[str], cfg: S.DiscoverySettings) -> S.DiscoverySettings
     return S.DiscoverySettings(
         hosts=a.hosts.strip(),
         file=a.file.strip(),
+        command=a.command.strip(),
         slots=(S.integer(env, "--slots", 0, 1, C.MAX_SLOTS_PER_HOST) or None)
         if a.slots is not None
         else cfg.slots,

@@ -106,6 +106,7 @@ class DiscoverySettings:
 
     hosts: str  # BYOC_DISCOVER_HOSTS as given
     file: str  # BYOC_DISCOVER_FILE, "" for none
+    command: str  # BYOC_DISCOVER_COMMAND, "" for none
     slots: int | None  # BYOC_DISCOVER_SLOTS, None: GPUs on this host, else 1
     port: int
     timeout: float
@@ -116,6 +117,7 @@ def load_discovery(env: dict[str, str]) -> DiscoverySettings:
     return DiscoverySettings(
         hosts=env.get(C.DISCOVER_HOSTS_ENV, "").strip(),
         file=env.get(C.DISCOVER_FILE_ENV, "").strip(),
+        command=env.get(C.DISCOVER_COMMAND_ENV, "").strip(),
         slots=slots,
         port=port(env, C.DISCOVER_PORT_ENV, C.DEFAULT_DISCOVER_PORT),
         timeout=seconds(env, C.DISCOVER_TIMEOUT_ENV, C.DEFAULT_DISCOVER_TIMEOUT, high=60),

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.container.conftest import CLUSTER, ROOT, cluster
+from tests.helpers import elastic_coverage as coverage
 from tests.helpers import wait_until
 
 pytestmark = pytest.mark.slow
@@ -21,13 +22,15 @@ EXAMPLES = ROOT / "docker" / "examples"
 
 
 class Job:
-    """horovodrun on node0 (scripts/cluster.sh exec), its output in a file read as it grows."""
+    """A command on node0 (scripts/cluster.sh exec) or on `node` (cluster.sh on NODE), its
+    output in a file read as it grows."""
 
-    def __init__(self, env: dict[str, str], log: Path, *argv: str):
+    def __init__(self, env: dict[str, str], log: Path, *argv: str, node: str | None = None):
         self.log = log
         self.out = log.open("w")
+        where = ["on", node] if node else ["exec"]
         self.proc = subprocess.Popen(
-            [str(CLUSTER), "exec", *argv], env=env, stdout=self.out, stderr=subprocess.STDOUT
+            [str(CLUSTER), *where, *argv], env=env, stdout=self.out, stderr=subprocess.STDOUT
         )
 
     def text(self) -> str:
@@ -72,7 +75,7 @@ class Job:
 def elastic_env(cluster_env):
     """A cluster of one process per node, its workspace holding the elastic example."""
     workspace = Path(cluster_env["CLUSTER_WORKSPACE"])
-    for name in ("train_elastic.py", "synthetic_task.py"):
+    for name in ("train_elastic.py", "train_ddp.py", "synthetic_task.py"):
         shutil.copy(EXAMPLES / name, workspace / name)
     return dict(cluster_env, CLUSTER_SLOTS="1")
 
@@ -116,18 +119,6 @@ def elastic(env, tmp_path, jobs, np_: int, min_np: int, max_np: int, *train_args
     )
     jobs.append(job)
     return job
-
-
-def coverage(text: str) -> list[tuple[int, int, int, int]]:
-    """(epoch, missing, extra, padding) of rank 0's COVERAGE lines."""
-    return [
-        (int(e), int(m), int(x), int(p))
-        for e, m, x, p in re.findall(
-            r"COVERAGE epoch=(\d+) samples=\d+ missing=(\d+) extra=(-?\d+) padding=(\d+) "
-            r"size=\d+ rank=0\b",
-            text,
-        )
-    ]
 
 
 def test_discovery_lists_the_nodes_that_answer(elastic_env):
@@ -264,3 +255,42 @@ def test_a_slow_healthy_host_is_not_taken_for_a_lost_one(elastic_env, tmp_path, 
     assert "rank 1: a slow step of 60.0 s" in out
     assert "ELASTIC reset" not in out, out[-6000:]
     assert "WEIGHTS equal on 2 ranks" in out
+
+
+def test_torchrun_elastic_goes_on_after_a_node_is_lost(elastic_env, tmp_path, jobs):
+    """torchrun on every node (cluster.sh on NODE), c10d rendezvous on node0, --nnodes 2:3:
+    node2 killed mid-job; the survivors' collectives fail within --pg-timeout, torchrun restarts
+    them as a world of 2, and they resume from the last checkpoint and finish."""
+    up(elastic_env, 3)
+    epochs = 10
+    torchrun = [
+        "torchrun", "--nnodes=2:3", "--nproc-per-node=1", "--max-restarts=3",
+        "--rdzv-backend=c10d", "--rdzv-endpoint=node0:29400", "--rdzv-id=elastic-test",
+        "--rdzv-conf=join_timeout=120,last_call_timeout=5",
+        "/workspace/train_ddp.py", f"--epochs={epochs}", "--samples=1024", "--batch-size=32",
+        "--epoch-sleep=1", "--pg-timeout=20",
+        "--checkpoint-dir=/workspace/ddp-checkpoints", "--model-dir=/workspace/ddp-model",
+    ]  # fmt: skip
+    nodes = {}
+    for node in ("node0", "node1", "node2"):
+        nodes[node] = Job(elastic_env, tmp_path / f"{node}.log", *torchrun, node=node)
+        jobs.append(nodes[node])
+
+    def everything() -> str:
+        return "".join(job.text() for job in nodes.values())
+
+    def started_three():
+        return "TORCHRUN restart=0 size=3" in everything() and '{"epoch": 1,' in everything()
+
+    wait_until(started_three, 300, interval=1, what="a world of 3 through epoch 1")
+    killed = cluster(elastic_env, "kill", "node2")
+    assert killed.returncode == 0, killed.stderr
+    codes = {node: nodes[node].finish(600) for node in ("node0", "node1")}
+    out = everything()
+    assert codes == {"node0": 0, "node1": 0}, out[-8000:]
+    restarts = re.findall(r"TORCHRUN restart=(\d+) size=(\d+) epoch=(\d+)", out)
+    resumed = [(int(r), int(e)) for r, n, e in restarts if int(r) > 0 and n == "2"]
+    assert resumed, f"no restart as a world of 2: {restarts}\n{out[-8000:]}"
+    assert all(e > 0 for _, e in resumed), "the restart began again from epoch 0"
+    assert f'{{"epoch": {epochs - 1},' in out, out[-8000:]
+    assert "saved /workspace/ddp-model/model.pt" in out, out[-8000:]

@@ -71,6 +71,18 @@ def test_listed_packages_import_at_the_pinned_versions(containers):
     assert f"matplotlib=={versions['matplotlib']}" in pins.splitlines()
 
 
+def test_torch_and_horovod_import_from_the_images_bytecode(containers, scripts_volume):
+    """pip's bytecode ships (Dockerfile): a fresh container, even as a user who cannot write
+    /opt/venv, imports torch and Horovod from .pyc files instead of compiling ~760 modules."""
+    code, out = containers.run(
+        ["python", "/tests/bytecode_check.py"], user="1000:1000", volumes=scripts_volume
+    )
+    assert code == 0, out
+    m = re.search(r"MODULES (\d+) WITHOUT-PYC (\d+)", out)
+    assert m and int(m.group(1)) > 500, out
+    assert m.group(2) == "0", out
+
+
 def test_pip_check_passes(containers):
     code, out = containers.run(["pip", "check"], timeout=120)
     assert code == 0, out

@@ -16,6 +16,7 @@ import sys
 import pytest
 
 from tests.container.conftest import ROOT, RUN_ID
+from tests.helpers import elastic_coverage
 
 SIM = ROOT / "scripts" / "k8s_sim.py"
 ENGINES = ("mpijob", "trainer", "volcano")
@@ -28,14 +29,16 @@ KILL_BOUND = 60
 def sim(client, image, tmp_path):
     label = f"test-{RUN_ID}-{os.getpid()}"
 
-    def run(engine: str, *extra: str, overlay: str | None = None) -> tuple[int, dict]:
+    def run(
+        engine: str, *extra: str, overlay: str | None = None, timeout: int = TIMEOUT
+    ) -> tuple[int, dict]:
         out = tmp_path / f"{engine}.json"
         cmd = [sys.executable, str(SIM), "--engine", engine, "--label", label, "--json", str(out)]
-        cmd += ["--image", image.tags[0] if image.tags else image.id, "--timeout", str(TIMEOUT)]
+        cmd += ["--image", image.tags[0] if image.tags else image.id, "--timeout", str(timeout)]
         if overlay:
             cmd += ["--overlay", str(ROOT / "deploy" / "kubernetes" / "overlays" / overlay)]
         done = subprocess.run(
-            [*cmd, *extra], capture_output=True, text=True, timeout=TIMEOUT + 120, check=False
+            [*cmd, *extra], capture_output=True, text=True, timeout=timeout + 120, check=False
         )
         assert out.exists(), f"no result: {done.stderr[-2000:]}"
         return done.returncode, json.loads(out.read_text())
@@ -84,6 +87,36 @@ def test_a_killed_worker_ends_the_job(sim, engine):
                        "--kill-worker", "1")  # fmt: skip
     assert code not in (0, 124), result["launcher_output"][-3000:]
     assert result["seconds_after_kill"] < KILL_BOUND
+
+
+@pytest.mark.slow
+def test_elastic_mpijob_takes_a_worker_added_and_survives_one_killed(sim):
+    """overlays/mpijob-elastic-cpu: horovodrun with byoc-discover-hosts over the operator's
+    discover_hosts.sh. Worker.replicas 2 -> 3 mid-job; once the third trains, worker 1 is
+    killed (restartPolicy Never: not recreated). The job finishes on the two left, every sample
+    of every epoch trained once, the weights equal."""
+    epochs = 20  # ~60 s of training here: room for the add (~20 s) and the kill
+    code, result = sim(
+        "mpijob",
+        *(f"--extra-arg={a}" for a in (f"--epochs={epochs}", "--samples=1024",
+                                       "--step-sleep=0.2", "--commit-every=1",
+                                       "--check-coverage=true")),
+        "--add-workers", "1",
+        "--kill-worker", "1", "--kill-when", r"ELASTIC training size=3 .*rank=0",
+        overlay="mpijob-elastic-cpu", timeout=600,
+    )  # fmt: skip
+    out = result["launcher_output"]
+    assert code == 0 == result["exit_code"], out[-6000:]
+    assert result["workers"][-1] == "pytorch-horovod-worker-2"
+    # The added worker trained: a rank ran there, in a world of 3.
+    assert "pytorch-horovod-worker-2" in result["rank_hosts"].values(), result["rank_hosts"]
+    assert {2, 3} <= set(result["world_sizes"]), result["world_sizes"]
+    epochs_seen = elastic_coverage(out)
+    assert [e for e, *_ in epochs_seen] == list(range(epochs)), out[-6000:]
+    for epoch, missing, extra, padding in epochs_seen:
+        assert missing == 0, f"epoch {epoch}: {missing} samples never trained"
+        assert extra == padding, f"epoch {epoch}: {extra} repeats, {padding} of them padding"
+    assert "WEIGHTS equal on 2 ranks" in out, out[-6000:]
 
 
 def test_engine_ssh_settings_apply_only_under_a_read_only_key_mount(containers, tmp_path):

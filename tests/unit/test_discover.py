@@ -169,3 +169,79 @@ def test_default_slots_are_this_hosts_gpus(monkeypatch, port, capsys):
     finally:
         alive.close()
     assert (rc, out) == (0, "127.0.0.2:4\n")
+
+
+def script(tmp_path, body: str, name: str = "discover_hosts.sh"):
+    path = tmp_path / name
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o555)
+    return path
+
+
+def test_command_output_as_the_mpi_operator_writes_it(tmp_path, port, capsys):
+    """The operator's discover_hosts.sh: `echo <pod>.<job>.<ns>.svc` per Running worker, no
+    slots; BYOC_DISCOVER_SLOTS gives them, and only the pods whose sshd answers are listed."""
+    cmd = script(tmp_path, "echo 127.0.0.2\necho 127.0.0.3\n")
+    alive = Listener("127.0.0.2", port, b"SSH-2.0-x\r\n")
+    try:
+        env = {"BYOC_DISCOVER_COMMAND": str(cmd), "BYOC_DISCOVER_SLOTS": "4"}
+        rc, out, err = run(capsys, ["--port", str(port)], env)
+    finally:
+        alive.close()
+    assert (rc, out) == (0, "127.0.0.2:4\n"), err
+    cfg = discover.S.load_discovery({"BYOC_DISCOVER_COMMAND": str(cmd)})
+    assert [c.host for c in discover.candidates(cfg, 1)] == ["127.0.0.2", "127.0.0.3"]
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ("echo starting >&2\nexit 3\n", "exited 3: starting"),
+        ("echo 'a b'\n", "'s output, line 1"),
+        ("echo 'bad_host!'\n", "not a host name"),
+        ("exec sleep 60\n", "no answer within 0.5 s"),
+        ("sleep 60\n", "no answer within 0.5 s"),  # not exec'd: its child goes too
+        ("head -c 3000000 /dev/zero | tr '\\0' a\n", "larger than"),
+    ],
+)
+def test_a_failing_or_hostile_command_exits_2_naming_it(
+    tmp_path, capsys, monkeypatch, body, message
+):
+    monkeypatch.setattr(discover.C, "DISCOVER_COMMAND_TIMEOUT", 0.5)
+    cmd = script(tmp_path, body)
+    start = time.monotonic()
+    rc, out, err = run(capsys, env={"BYOC_DISCOVER_COMMAND": str(cmd)})
+    assert rc == 2 and out == ""
+    assert f"BYOC_DISCOVER_COMMAND={cmd}" in err or f"{cmd}'s output" in err, err
+    assert message in err, err
+    assert time.monotonic() - start < 20
+
+
+def test_a_command_leaves_nothing_running_and_its_output_is_whole(tmp_path, capsys):
+    """A background child holding the output is ended with the program (its own session), and
+    what the program printed before it exited is all read."""
+    marker = tmp_path / "child-alive"
+    cmd = script(tmp_path, f"echo node0\n(sleep 5; touch {marker}) &\necho node1:3\n")
+    cfg = discover.S.load_discovery({"BYOC_DISCOVER_COMMAND": str(cmd)})
+    start = time.monotonic()
+    found = [(c.host, c.slots) for c in discover.candidates(cfg, 2)]
+    assert found == [("node0", 2), ("node1", 3)]
+    assert time.monotonic() - start < 4, "waited for the background child"
+    time.sleep(6)
+    assert not marker.exists(), "the program's background child outlived it"
+
+
+def test_too_many_hosts_in_a_file_exit_2(tmp_path, capsys):
+    hosts = tmp_path / "hosts"
+    hosts.write_text("".join(f"h{i}\n" for i in range(1100)))
+    rc, out, err = run(capsys, env={"BYOC_DISCOVER_FILE": str(hosts)})
+    assert rc == 2 and out == "" and "more than 1024 hosts" in err, err
+
+
+@pytest.mark.parametrize(
+    "value", ["discover_hosts.sh", "/nonexistent/discover_hosts.sh", "/bin/echo node0"]
+)
+def test_command_must_be_an_absolute_path_that_runs(capsys, value):
+    rc, out, err = run(capsys, ["--command", value])
+    assert rc == 2 and out == ""
+    assert f"BYOC_DISCOVER_COMMAND={value}" in err, err

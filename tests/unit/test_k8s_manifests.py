@@ -266,7 +266,11 @@ def test_mpi_roles(overlay, rendered):
     # Launcher: horovodrun (mpirun on Volcano) with the engine's hostfile, ranks = hosts x slots.
     cmd = roles["launcher_cmd"]
     assert cmd[0] in ("horovodrun", "mpirun")
-    assert option(cmd, "--hostfile") == roles["hostfile"]
+    elastic = option(cmd, "--host-discovery-script") is not None
+    if elastic:
+        check_elastic_launcher(cmd, roles, port)
+    else:
+        assert option(cmd, "--hostfile") == roles["hostfile"]
     assert int(option(cmd, "-np")) == roles["workers"] * roles["slots"]
     if cmd[0] == "horovodrun":
         assert int(option(cmd, "--ssh-port") or 22) == port
@@ -277,12 +281,28 @@ def test_mpi_roles(overlay, rendered):
     assert launcher_user == user, "launcher and workers log in as one user"
     launcher_res = launcher_pod["containers"][0].get("resources", {})
     assert "nvidia.com/gpu" not in launcher_res.get("limits", {})
-    check_program(cmd, "train_synthetic.py", worker_pod)
+    check_program(cmd, "train_elastic.py" if elastic else "train_synthetic.py", worker_pod)
 
     if "-efa" in overlay.name:
         assert worker["resources"]["limits"]["vpc.amazonaws.com/efa"] >= 1
         if user == 0:
             assert "IPC_LOCK" in worker["securityContext"]["capabilities"]["add"]
+
+
+def check_elastic_launcher(cmd, roles, port):
+    """Elastic horovodrun on the MPI Operator: byoc-discover-hosts runs the operator's own
+    discover_hosts.sh (no slots in it) and probes the workers' sshd port."""
+    assert cmd[0] == "horovodrun"
+    assert option(cmd, "--host-discovery-script") == "byoc-discover-hosts"
+    env = {e["name"]: e["value"] for e in roles["launcher_pod"]["containers"][0]["env"]}
+    assert env["BYOC_DISCOVER_COMMAND"] == "/etc/mpi/discover_hosts.sh"
+    assert int(env["BYOC_DISCOVER_SLOTS"]) == roles["slots"]
+    assert int(env["BYOC_DISCOVER_PORT"]) == port
+    low, start, high = (int(option(cmd, o)) for o in ("--min-np", "-np", "--max-np"))
+    assert 1 <= low <= start <= high
+    assert high % roles["slots"] == 0, "--max-np in whole workers"
+    # A worker pod deleted and recreated under its name must be usable again.
+    assert option(cmd, "--blacklist-cooldown-range") is not None
 
 
 def test_mpijob_lifecycle(rendered):
@@ -335,9 +355,13 @@ def test_torchrun_roles(overlay, rendered):
         assert "pytorch" in job["spec"]["plugins"]
         pods = [pod_of_volcano_task(job, t) for t in ("master", "worker")]
         commands = [p["containers"][0]["command"] + p["containers"][0]["args"] for p in pods]
-        assert commands[0] == commands[1]
         cmd = commands[0]
         assert cmd[0] == "torchrun"
+        if "elastic" in overlay.name:
+            check_volcano_torch_elastic(job, commands, pods)
+            check_program(cmd, "train_ddp.py", pods[0])
+            return
+        assert commands[0] == commands[1]
         for name, var in (
             ("--nnodes", "WORLD_SIZE"),
             ("--node-rank", "RANK"),
@@ -348,6 +372,40 @@ def test_torchrun_roles(overlay, rendered):
     for pod in pods:
         check_pod_basics(pod, gpu)
     check_program(cmd, "train_ddp.py", pods[0])
+
+
+def check_volcano_torch_elastic(job, commands, pods):
+    """Elastic torchrun on Volcano: one c10d rendezvous hosted by the master, the same command
+    everywhere else; a worker's failure leaves the job running, the master's ends it; every pod
+    can be rank 0, so every pod mounts the checkpoints."""
+    master, worker = commands
+
+    def conf(cmd):
+        return dict(kv.split("=", 1) for kv in option(cmd, "--rdzv-conf").split(","))
+
+    assert conf(master).pop("is_host") == "true" and conf(worker).pop("is_host") == "false"
+    assert {k: v for k, v in conf(master).items() if k != "is_host"} == {
+        k: v for k, v in conf(worker).items() if k != "is_host"
+    }
+    without_conf = [[a for a in c if not a.startswith("--rdzv-conf=")] for c in commands]
+    assert without_conf[0] == without_conf[1]
+    assert option(master, "--rdzv-backend") == "c10d"
+    assert option(master, "--rdzv-endpoint") == "$(MASTER_ADDR):$(MASTER_PORT)"
+    assert option(master, "--node-rank") is None, "elastic nodes get their rank from c10d"
+    low, high = (int(n) for n in option(master, "--nnodes").split(":"))
+    replicas = sum(t["replicas"] for t in job["spec"]["tasks"])
+    assert 1 <= low <= job["spec"]["minAvailable"] <= replicas <= high
+    assert int(option(master, "--max-restarts")) >= 1
+    assert float(option(master, "--pg-timeout")) > 0, "survivors must not wait torch's 30 min"
+    # Job-level policies apply to every pod: a worker lost or an added one left pending must not
+    # end the job; the master's own policies do.
+    assert not job["spec"].get("policies"), job["spec"].get("policies")
+    master_task = next(t for t in job["spec"]["tasks"] if t["name"] == "master")
+    master_events = {p["event"]: p["action"] for p in master_task["policies"]}
+    assert master_events["PodFailed"] == master_events["PodPending"] == "TerminateJob"
+    for pod in pods:
+        mounts = {m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+        assert "/opt/ml/checkpoints" in mounts
 
 
 # -------------------------------------------------------------- broken manifests must fail

@@ -147,3 +147,46 @@ def test_mpi_launchers_share_the_pods_processes_so_pause_is_pid_1(engine):
     # (kubectl delete) would wait out the grace period; the simulation gives it Docker's --init.
     job = planned(engine)
     assert job.launcher.spec.get("shareProcessNamespace") is True
+
+
+def test_elastic_mpijob_has_the_operators_configmap_directory_and_discover_script():
+    job = planned("mpijob", "mpijob-elastic-cpu")
+    assert job.config_dir == "/etc/mpi"
+    assert "/etc/mpi/hostfile" in job.launcher_files
+    assert job.launcher.env["BYOC_DISCOVER_COMMAND"] == "/etc/mpi/discover_hosts.sh"
+    # A worker added mid-job is the operator's next index, from the same template.
+    added = job.new_worker(2)
+    assert added.name == "pytorch-horovod-worker-2"
+    assert added.env["K_MPI_JOB_ROLE"] == "worker"
+    assert added.container is not job.workers[0].container
+    # As the operator writes it: sorted pod names, <pod>.<job>.<ns>.svc, no slots.
+    script = k8s_sim.discover_hosts_script(job, [added, job.workers[0]])
+    assert script == (
+        "#!/bin/sh\n"
+        "echo pytorch-horovod-worker-0.pytorch-horovod.default.svc\n"
+        "echo pytorch-horovod-worker-2.pytorch-horovod.default.svc\n"
+    )
+    job.launcher_as_worker = True
+    assert k8s_sim.discover_hosts_script(job, [])[10:].startswith(
+        "echo pytorch-horovod-launcher.pytorch-horovod.default.svc"
+    )
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--engine", "trainer", "--add-workers", "1"], "only the mpijob engine"),
+        (["--engine", "mpijob", "--add-workers", "7"], "--add-workers"),
+        (["--engine", "mpijob", "--kill-worker", "2"], "--kill-worker must name a worker, 0 to 1"),
+        (["--engine", "mpijob", "--kill-worker", "0", "--kill-when", "("], "--kill-when"),
+        (["--engine", "mpijob", "--configmap-delay", "-1"], "--configmap-delay"),
+        (["--engine", "mpijob", "--kill-when", "x"], "--kill-when needs --kill-worker"),
+        (["--engine", "mpijob", "--add-when", "x"], "--add-when needs --add-workers"),
+        (["--engine", "mpijob", "--add-workers", "1", "--kill-worker", "0"], "needs --kill-when"),
+    ],
+)
+def test_bad_scenario_options_exit_2_naming_them(capsys, argv, message):
+    with pytest.raises(SystemExit) as exc:
+        k8s_sim.main(argv)
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
