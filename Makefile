@@ -34,7 +34,7 @@ DEV_WORKSPACE ?= $(CURDIR)
 DEV_KEYS ?= $(firstword $(wildcard $(HOME)/.ssh/id_ed25519.pub $(HOME)/.ssh/id_ecdsa.pub $(HOME)/.ssh/id_rsa.pub))
 
 .PHONY: local-train help build local-base lint test test-unit test-container test-gpu shell dev engine clean \
-	cluster-up cluster-down cluster-shell push launch test-deps standin build-gpu-standin \
+	cluster-up cluster-down cluster-shell slurm-up slurm-down push launch test-deps standin build-gpu-standin \
 	test-gpu-flavor nccl-test smoke bench k8s-validate k8s-sim test-horovod test-horovod-soak canary
 
 help: ## Show this help
@@ -68,7 +68,8 @@ $(DEV_STAMP): requirements-dev.txt tests/requirements-sdk.txt
 lint: $(DEV_STAMP) ## hadolint, shellcheck and ruff
 	$(VENV)/bin/hadolint Dockerfile
 	shellcheck scripts/*.sh docker/build/*.sh docker/bash-env.sh tests/conformance/*.sh .ci/run
-	$(VENV)/bin/hadolint tests/conformance/Dockerfile
+	shellcheck -x deploy/slurm/*.sbatch deploy/slurm/common.sh tests/slurm/*.sh
+	$(VENV)/bin/hadolint tests/conformance/Dockerfile tests/slurm/Dockerfile
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
@@ -169,6 +170,12 @@ cluster-shell: ## A shell on node0 of the local cluster
 
 cluster-down: ## Stop the local cluster and delete its key
 	@scripts/cluster.sh down
+
+slurm-up: engine ## A Slurm cluster (slurmctld + NODES slurmd) of $(IMAGE):$(TAG) with Slurm added in a test layer; docs/slurm.md
+	@scripts/slurm.sh up $(NODES)
+
+slurm-down: ## Remove the Slurm cluster and its keys
+	@scripts/slurm.sh down
 
 push: $(DEV_STAMP) engine ## Push $(IMAGE):$(TAG) to ECR repository $(ECR_REPOSITORY) (made if missing), print the image_uri
 	PYTHONPATH=scripts $(PY) -m byoc_aws.push --image $(IMAGE):$(TAG) --repository $(ECR_REPOSITORY) $(PUSH_ARGS)

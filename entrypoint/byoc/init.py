@@ -44,25 +44,35 @@ def command_for(argv: list[str], env: dict[str, str] | None = None) -> list[str]
     return list(argv)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
+def prepare(prog: str, quiet: bool = False) -> int:
+    """The start-time decisions, made in os.environ before anything starts (the command, and
+    all it starts, inherit them): CUDA forward compatibility, then the network NCCL uses.
+    0, or 2 with the message printed; quiet: only errors are printed."""
     # The BASH_ENV hook checks this, so bash under us never starts a second byoc-init.
     os.environ[C.INIT_MARKER_ENV] = "1"
     try:
-        # Before anything starts: the command, and all it starts, inherit the environment.
         why = cuda_compat.decide(os.environ)
     except cuda_compat.CompatError as e:
-        print(f"byoc-init: {e}", file=sys.stderr)
+        print(f"{prog}: {e}", file=sys.stderr)
         return 2
-    if why:
-        print(f"byoc-init: {why}", file=sys.stderr)
+    lines = [why] if why else []
     if os.environ.get("BYOC_FLAVOR") != "cpu":  # the cpu flavor has no NCCL to steer
         try:
-            for line in fabric.apply(os.environ):
-                print(f"byoc-init: {line}", file=sys.stderr)
+            lines += fabric.apply(os.environ)
         except fabric.FabricError as e:
-            print(f"byoc-init: {e}", file=sys.stderr)
+            print(f"{prog}: {e}", file=sys.stderr)
             return 2
+    if not quiet:
+        for line in lines:
+            print(f"{prog}: {line}", file=sys.stderr)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    failed = prepare("byoc-init")
+    if failed:
+        return failed
     command = command_for(args)
     session = None
     if command[:3] not in (TRAIN, DOCTOR) and args and args != [C.DEV_COMMAND]:

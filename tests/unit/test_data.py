@@ -424,6 +424,42 @@ def test_topology_from_horovodrun_environments():
         dataset.topology({"HOROVOD_RANK": "x", "HOROVOD_SIZE": "2"})
 
 
+SRUN_TASK = {  # task 3 of `srun -N2 --ntasks=5`: 3 tasks on node0, 2 on node1
+    "SLURM_PROCID": "3",
+    "SLURM_STEP_NUM_TASKS": "5",
+    "SLURM_LOCALID": "0",
+    "SLURM_NODEID": "1",
+    "SLURM_STEP_NUM_NODES": "2",
+    "SLURM_STEP_TASKS_PER_NODE": "3,2",
+}
+
+
+def test_topology_of_a_task_srun_started_itself():
+    assert dataset.topology(SRUN_TASK) == Topology(3, 5, 0, 2, 1, 2)
+    even = dict(SRUN_TASK, SLURM_STEP_NUM_TASKS="6", SLURM_STEP_TASKS_PER_NODE="3(x2)")
+    assert dataset.topology(even) == Topology(3, 6, 0, 3, 1, 2)
+    # A launcher's own variables win (mpirun inside an allocation also has SLURM_* around).
+    assert dataset.topology({**SRUN_TASK, "RANK": "1", "WORLD_SIZE": "2"}).size == 2
+    # A batch script has SLURM_PROCID but is no step's task: alone.
+    assert dataset.topology({"SLURM_PROCID": "0", "SLURM_NTASKS": "4"}) == Topology()
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"SLURM_STEP_TASKS_PER_NODE": "3,x"}, "SLURM_STEP_TASKS_PER_NODE='3,x' is not Slurm's"),
+        ({"SLURM_STEP_TASKS_PER_NODE": "2(x2)"}, "does not add up"),
+        ({"SLURM_NODEID": "2"}, "does not add up"),
+        ({"SLURM_LOCALID": "2"}, "SLURM_LOCALID=2"),
+        ({"SLURM_LOCALID": None}, "not all of SLURM_LOCALID"),
+    ],
+)
+def test_srun_variables_that_do_not_fit_are_named(change, message):
+    env = {k: v for k, v in {**SRUN_TASK, **change}.items() if v is not None}
+    with pytest.raises(ChannelError, match=re.escape(message)):
+        dataset.topology(env)
+
+
 # --- the shard tool ------------------------------------------------------------------------
 def test_shards_cli_writes_verifies_and_refuses_to_overwrite(tmp_path, capsys):
     src = tmp_path / "data.jsonl"

@@ -112,12 +112,58 @@ def check_topology(topo: Topology, source: dict[str, str] | None = None) -> Topo
     return topo
 
 
+_SLURM_COUNTS = re.compile(r"(\d+)(?:\(x(\d+)\))?")
+
+
+def _slurm_topology(env: dict[str, str], rank: int, size: int) -> Topology:
+    """A task that srun started directly (srun --mpi=pmix, or srun python): its place from the
+    step's SLURM_* variables, which count tasks per node as in `2(x3),1`."""
+    lr_var, local_rank = _env_int(env, "SLURM_LOCALID")
+    hr_var, host_rank = _env_int(env, "SLURM_NODEID")
+    hc_var, host_count = _env_int(env, "SLURM_STEP_NUM_NODES")
+    counts_var = "SLURM_STEP_TASKS_PER_NODE"
+    text = env.get(counts_var, "").strip()
+    if None in (local_rank, host_rank, host_count) or not text:
+        raise ChannelError(
+            "SLURM_PROCID is set, but not all of SLURM_LOCALID, SLURM_NODEID, "
+            f"SLURM_STEP_NUM_NODES and {counts_var}: run the program as an srun step's tasks"
+        )
+    counts: list[int] = []
+    for part in text.split(","):
+        m = _SLURM_COUNTS.fullmatch(part.strip())
+        if not m or len(counts) > 100_000:
+            raise ChannelError(f"{counts_var}={text!r} is not Slurm's form, e.g. '2(x3),1'")
+        counts += [int(m.group(1))] * int(m.group(2) or 1)
+    if len(counts) != host_count or sum(counts) != size or not 0 <= host_rank < len(counts):
+        raise ChannelError(
+            f"{counts_var}={text!r} does not add up to SLURM_STEP_NUM_NODES={host_count} "
+            f"nodes and SLURM_STEP_NUM_TASKS={size} tasks (SLURM_NODEID={host_rank})"
+        )
+    source = {
+        "rank": "SLURM_PROCID",
+        "size": "SLURM_STEP_NUM_TASKS",
+        "local_rank": lr_var,
+        "local_size": f"{counts_var}[SLURM_NODEID]",
+        "host_rank": hr_var,
+        "host_count": hc_var,
+    }
+    topo = Topology(rank, size, local_rank, counts[host_rank], host_rank, host_count)
+    return check_topology(topo, source)
+
+
 def topology(env: dict[str, str] | None = None) -> Topology:
-    """This process's place in the job, from horovodrun's, mpirun's or torchrun's environment
-    (or Horovod, or alone); ChannelError naming the variable when it cannot be."""
+    """This process's place in the job, from horovodrun's, mpirun's, torchrun's or srun's
+    environment (or Horovod, or alone); ChannelError naming the variable when it cannot be."""
     env = dict(os.environ if env is None else env)
     rank_var, rank = _env_int(env, "HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "RANK")
     size_var, size = _env_int(env, "HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "WORLD_SIZE")
+    step = [env.get(n, "").strip() for n in ("SLURM_PROCID", "SLURM_STEP_NUM_TASKS")]
+    if rank is None and size is None and all(step):
+        # A task srun started itself (srun --mpi=pmix, srun python): no launcher set anything.
+        # Both, as only a step's tasks have them (a batch script has SLURM_PROCID alone).
+        return _slurm_topology(
+            env, _env_int(env, "SLURM_PROCID")[1], _env_int(env, "SLURM_STEP_NUM_TASKS")[1]
+        )
     if rank is None and size is None:
         try:
             import horovod.torch as hvd
