@@ -129,10 +129,13 @@ def gpu(client, gpu_image):
 CLUSTER = ROOT / "scripts" / "cluster.sh"
 
 
-def cluster(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+def run_script(
+    script: pathlib.Path, env: dict[str, str], *args: str, timeout: float = 300
+) -> subprocess.CompletedProcess:
+    """One of scripts/*.sh with its output captured; past timeout, a failure naming it."""
     try:
         return subprocess.run(
-            [str(CLUSTER), *args],
+            [str(script), *args],
             env=env,
             capture_output=True,
             text=True,
@@ -140,7 +143,11 @@ def cluster(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess
             check=False,
         )
     except subprocess.TimeoutExpired as exc:
-        raise AssertionError(f"cluster.sh {' '.join(args)} ran past {timeout} s: {exc}") from exc
+        raise AssertionError(f"{script.name} {' '.join(args)} ran past {timeout} s") from exc
+
+
+def cluster(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return run_script(CLUSTER, env, *args, timeout=timeout)
 
 
 def have_compose() -> bool:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.container.conftest import ROOT, RUN_ID, SCRIPTS
+from tests.container.conftest import ROOT, RUN_ID, SCRIPTS, run_script
 from tests.helpers import wait_until
 
 pytestmark = pytest.mark.slow
@@ -31,17 +31,7 @@ class Cluster:
         self.workspace = workspace
 
     def sh(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-        try:
-            return subprocess.run(
-                [str(SLURM), *args],
-                env=self.env,
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-                check=False,
-            )
-        except subprocess.TimeoutExpired as exc:
-            raise AssertionError(f"slurm.sh {' '.join(args)} ran past {timeout} s") from exc
+        return run_script(SLURM, self.env, *args, timeout=timeout)
 
     def login(self, *cmd: str, timeout: float = 300) -> subprocess.CompletedProcess:
         """cmd on the login node (the controller), in /workspace."""
@@ -106,18 +96,16 @@ def spans_both_nodes(text: str, size: int) -> None:
     assert hosts == sorted(["node0", "node1"] * (size // 2)), hosts
 
 
-def test_horovod_ranks_started_by_srun_through_pmix(slurm):
+@pytest.mark.parametrize(
+    "script",
+    [
+        "horovod.sbatch",  # every rank started by srun through PMIx
+        "horovodrun.sbatch",  # horovodrun inside the allocation
+    ],
+)
+def test_horovod_across_both_nodes(slurm, script):
     code, out = slurm.batch(
-        "--nodes=2", "--ntasks-per-node=2", "slurm/horovod.sbatch",
-        "python", "/workspace/tests/hvd_world.py",
-    )  # fmt: skip
-    assert code == 0, out[-4000:]
-    spans_both_nodes(out, 4)
-
-
-def test_horovodrun_inside_the_allocation(slurm):
-    code, out = slurm.batch(
-        "--nodes=2", "--ntasks-per-node=2", "slurm/horovodrun.sbatch",
+        "--nodes=2", "--ntasks-per-node=2", f"slurm/{script}",
         "python", "/workspace/tests/hvd_world.py",
     )  # fmt: skip
     assert code == 0, out[-4000:]
