@@ -153,7 +153,7 @@ def test_a_host_added_then_one_killed_mid_job_loses_no_sample(elastic_env, tmp_p
         2,
         1,
         3,
-        "--epochs=30",
+        "--epochs=20",  # ~60 s here: the join and the loss come in the first ~20 s
         "--samples=1024",
         "--batch-size=32",
         "--step-sleep=0.2",
@@ -171,7 +171,7 @@ def test_a_host_added_then_one_killed_mid_job_loses_no_sample(elastic_env, tmp_p
     out = job.text()
     assert rc == 0, out[-6000:]
     epochs = coverage(out)
-    assert [e for e, *_ in epochs] == list(range(30)), out[-6000:]
+    assert [e for e, *_ in epochs] == list(range(20)), out[-6000:]
     for epoch, missing, extra, padding in epochs:
         assert missing == 0, f"epoch {epoch}: {missing} samples never trained"
         assert extra == padding, f"epoch {epoch}: {extra} repeats, {padding} of them padding"
@@ -222,7 +222,7 @@ def test_below_min_np_the_job_fails_within_the_elastic_timeout(elastic_env, tmp_
         "--epochs=1000",
         "--samples=256",
         "--step-sleep=0.2",
-        elastic_timeout=30,
+        elastic_timeout=15,
     )
     job.wait_for(r"ELASTIC training size=2 .*rank=0", 300)
     killed = cluster(elastic_env, "kill", "node1")
