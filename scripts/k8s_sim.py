@@ -167,6 +167,7 @@ class Job:
         self.config_dir: str | None = None
         self.launcher_as_worker = False
         self.new_worker: Callable[[int], Pod] | None = None  # a worker added mid-job (mpijob)
+        self.slots = 1  # processes per worker
 
 
 def plugin_args(plugins: dict, name: str) -> dict[str, str]:
@@ -237,8 +238,8 @@ def plan(engine: str, objects: list[dict], workers: int) -> Job:
             job.namespace,
             replicas["Launcher"]["template"]["spec"],
         )
-        hostfile = "".join(f"{p.aliases[1]} slots={slots}\n" for p in job.workers)
-        job.launcher_files["/etc/mpi/hostfile"] = hostfile
+        job.slots = slots
+        job.launcher_files["/etc/mpi/hostfile"] = mpijob_hostfile(job)
         job.launcher.env.update(
             {
                 "K_MPI_JOB_ROLE": "launcher",
@@ -347,6 +348,11 @@ def check_pod(pod: Pod) -> None:
         raise SimError(f"pod {pod.name} asks for {', '.join(devices)}: not simulated here")
 
 
+def mpijob_hostfile(job: Job) -> str:
+    """The MPI Operator's /etc/mpi/hostfile: every worker replica, with slotsPerWorker."""
+    return "".join(f"{p.aliases[1]} slots={job.slots}\n" for p in job.workers)
+
+
 def discover_hosts_script(job: Job, running: list[Pod]) -> str:
     """The MPI Operator's discover_hosts.sh for these Running workers."""
     names = sorted(p.name for p in running)
@@ -416,7 +422,7 @@ class Sim:
             self.config.mkdir()
             self.job.launcher.mounts.append((self.config, config, True))
         for n, (path, text) in enumerate({**self.job.launcher_files, **self.job.all_files}.items()):
-            if config is not None and os.path.dirname(path) == config:
+            if os.path.dirname(path) == config:
                 self.write_config(os.path.basename(path), text, 0o444)
                 continue
             host = self.work / f"file-{n}"
@@ -472,7 +478,10 @@ class Sim:
             stop.wait(0.5)
 
     def worker_containers(self) -> list[tuple[Pod, str]]:
-        return [(p, f"{self.tag}-{p.name}") for p in self.job.workers]
+        return [(p, self.container(p)) for p in self.job.workers]
+
+    def container(self, pod: Pod) -> str:
+        return f"{self.tag}-{pod.name}"
 
     def add_worker(self) -> str:
         """Worker.replicas + 1: the operator creates the next pod now, Ready or not, and
@@ -481,10 +490,7 @@ class Sim:
         check_pod(pod)
         self.pod_files(pod)
         self.job.workers.append(pod)
-        if self.config is not None and (self.config / "hostfile").exists():
-            slots = int(self.job.launcher.env.get("OMPI_MCA_orte_set_default_slots", "1"))
-            hostfile = "".join(f"{p.aliases[1]} slots={slots}\n" for p in self.job.workers)
-            self.write_config("hostfile", hostfile, 0o444)
+        self.write_config("hostfile", mpijob_hostfile(self.job), 0o444)
         name = self.start(pod)
         say(f"added worker {pod.name}")
         return name
@@ -493,7 +499,7 @@ class Sim:
         return [*self.job.workers, self.job.launcher]
 
     def start(self, pod: Pod) -> str:
-        name = f"{self.tag}-{pod.name}"
+        name = self.container(pod)
         uid, gid, fs_group = pod.security()
         opts = ["run", "-d", "--name", name, "--hostname", pod.name, "--network", self.network]
         opts += ["--label", f"k8s-sim={self.label}", "--shm-size", pod.shm]
