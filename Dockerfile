@@ -1,6 +1,6 @@
 # PyTorch + Horovod training image, SageMaker "bring your own container" compatible.
 #
-# One file, two flavors (see README.md, "Build arguments"):
+# One file, two flavors (see docs/building.md, "Build arguments"):
 #   gpu (default): nvidia/cuda devel base for the builder, the matching runtime base for the image,
 #                  Horovod with NCCL.
 #   cpu:           the same stages on a plain OS base (Ubuntu, or the Debian base `make local-base`
@@ -14,7 +14,7 @@
 ARG CUDA_VERSION=13.0.2
 ARG BASE_OS=ubuntu24.04
 ARG BUILDER_IMAGE=nvidia/cuda:${CUDA_VERSION}-cudnn-devel-${BASE_OS}
-ARG RUNTIME_IMAGE=nvidia/cuda:${CUDA_VERSION}-runtime-${BASE_OS}
+ARG RUNTIME_IMAGE=nvidia/cuda:${CUDA_VERSION}-base-${BASE_OS}
 # PyTorch: a matching pair (TORCHVISION_VERSION empty: no torchvision). TORCH_INDEX_URL empty:
 # PyPI (a CUDA 13 build); e.g. https://download.pytorch.org/whl/cpu for a small CPU-only torch in
 # the cpu flavor.
@@ -115,7 +115,7 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=bind,source=.wheelhouse,target=/wheelhouse \
     . /usr/local/lib/byoc-build/pip-env.sh \
  && python3 -m venv "${VENV}" \
- && pip install -r /tmp/requirements-build.txt \
+ && pip install --require-hashes -r /tmp/requirements-build.txt \
  && pip install ${TORCH_INDEX_URL:+--index-url "${TORCH_INDEX_URL}"} "torch==${TORCH_VERSION}"
 
 # Horovod from the PyPI sdist, verified, patched, built into a wheel.
@@ -132,7 +132,7 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     . /usr/local/lib/byoc-build/pip-env.sh \
  && /usr/local/lib/byoc-build/build-horovod.sh /wheels
 
-# smdebug (last release 2023) patched for protobuf >= 4 and numpy 2 (README.md, "Patches"),
+# smdebug (last release 2023) patched for protobuf >= 4 and numpy 2 (docs/patches.md),
 # and the other sdists the runtime needs (sagemaker-training has a C extension), as wheels.
 ARG SMDEBUG_VERSION
 ARG SMDEBUG_SHA256
@@ -144,7 +144,9 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     . /usr/local/lib/byoc-build/pip-env.sh \
  && /usr/local/lib/byoc-build/build-smdebug.sh /wheels \
  # mpi4py from source, against this image's Open MPI (PyPI's wheels bring an MPI of their own).
- && pip wheel --no-binary mpi4py --wheel-dir /wheels -r /tmp/requirements.txt
+ # Every file fetched is checked against the lock's sha256 (make lock); sdists' build
+ # dependencies, which pip fetches for their isolated builds, are not (pip does not hash them).
+ && pip wheel --require-hashes --no-binary mpi4py --wheel-dir /wheels -r /tmp/requirements.txt
 
 # nccl-tests (MPI on) against torch's NCCL, from the release tarball verified by sha256
 # (docker/build/build-nccl-tests.sh; offline builds: NCCL_TESTS_TARBALL=... make build).
@@ -207,7 +209,7 @@ COPY entrypoint/ /src/entrypoint/
 RUN pip wheel --no-deps --no-build-isolation --wheel-dir /wheels-own /src/entrypoint
 
 # ---------------------------------------------------------------------------------------------
-FROM runtime-os AS runtime
+FROM runtime-os AS runtime-files
 ARG TORCH_VERSION
 ARG TORCHVISION_VERSION
 ARG TORCH_INDEX_URL
@@ -222,7 +224,10 @@ ENV VENV=/opt/venv \
     OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
     # The NVIDIA container toolkit mounts the driver for these; nothing of the driver is baked.
     NVIDIA_VISIBLE_DEVICES=all \
-    NVIDIA_DRIVER_CAPABILITIES=compute,utility
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility \
+    # hwloc's GL plugin looks for X displays :0, :1, ... over TCP (localhost:6000+N): a
+    # TensorBoard on 6006 (display :6) accepts and never answers, and every mpirun hangs.
+    HWLOC_COMPONENTS=-gl
 # torch first: the biggest layer, and the one that changes least. (Pinned by ARG.) An empty
 # TORCHVISION_VERSION leaves torchvision out (the torch canary, before a matching one exists).
 # pip's bytecode (__pycache__) stays: ~300 MB that halve every fresh container's
@@ -238,10 +243,14 @@ RUN --mount=type=cache,target=/root/.cache/pip \
  && pip install ${TORCH_INDEX_URL:+--index-url "${TORCH_INDEX_URL}"} \
         "torch==${TORCH_VERSION}" ${TORCHVISION_VERSION:+"torchvision==${TORCHVISION_VERSION}"}
 # Horovod and the SageMaker libraries, from the wheels the builder made: no compiler, no index.
+# The lock's pins without its hashes: the builder checked what it fetched, and the wheels it
+# built from sdists (mpi4py, sagemaker-training, ...) have hashes of their own.
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
     --mount=type=bind,source=docker/requirements.txt,target=/tmp/requirements.txt \
-    pip install --no-cache-dir --no-index --find-links /wheels \
-        -r /tmp/requirements.txt "horovod==${HOROVOD_VERSION}" "smdebug==${SMDEBUG_VERSION}+byoc.1" \
+    sed -nE 's/^([A-Za-z0-9_.-]+==[^ ]+).*/\1/p' /tmp/requirements.txt > /tmp/pins.txt \
+ && pip install --no-cache-dir --no-index --find-links /wheels \
+        -r /tmp/pins.txt "horovod==${HOROVOD_VERSION}" "smdebug==${SMDEBUG_VERSION}+byoc.1" \
+ && rm /tmp/pins.txt \
  && pip check
 # One NCCL in the image: Horovod's RUNPATH and the linker cache (nccl-tests, anything else) both
 # lead to the NCCL of torch's nvidia-nccl wheel, ahead of any libnccl2 the base carries.
@@ -269,6 +278,10 @@ RUN if [ ! -e /opt/amazon/efa/NOT-BUILT ]; then \
 ENV PATH=${PATH}:/opt/amazon/efa/bin
 COPY docker/openmpi-mca-params.conf /etc/openmpi/openmpi-mca-params.conf
 COPY docker/examples/ /opt/byoc/examples/
+# The getting-started notebook, copied into the notebook root at start where absent
+# (byoc.dev.notebook), and JupyterLab's defaults: no "Jupyter news" or update-check prompts.
+COPY docker/notebooks/getting-started.ipynb /opt/byoc/notebooks/getting-started.ipynb
+COPY docker/jupyter/overrides.json /opt/venv/share/jupyter/lab/settings/overrides.json
 # Read by every non-interactive bash: puts byoc-init back when a platform replaces the
 # ENTRYPOINT with `bash -c ...` (SageMaker SDK v3); see the file.
 COPY docker/bash-env.sh /opt/byoc/bash-env.sh
@@ -284,6 +297,46 @@ RUN --mount=type=bind,from=entrypoint-wheel,source=/wheels-own,target=/wheels-ow
  && useradd -m -u 1000 -U -s /bin/bash mpiuser \
  && env -u HOROVOD_VERSION -u HOROVOD_GPU_OPERATIONS python -c 'from byoc import ssh; ssh.write_engine_config()'
 
+# ---------------------------------------------------------------------------------------------
+# The SBOM (CycloneDX JSON) of the runtime's files, written by CycloneDX's library
+# (docker/build/write_sbom.py) in a venv of this stage: every dpkg package and Python
+# distribution the runtime holds, the sources built from verified tarballs with their patches,
+# the base images.
+FROM builder AS sbom
+ARG BUILDER_IMAGE
+ARG RUNTIME_IMAGE
+ARG FLAVOR
+ARG TORCH_VERSION
+ARG HOROVOD_VERSION
+ARG HOROVOD_SHA256
+ARG SMDEBUG_VERSION
+ARG SMDEBUG_SHA256
+ARG NCCL_TESTS_VERSION
+ARG NCCL_TESTS_URL
+ARG NCCL_TESTS_SHA256
+ARG LIBFABRIC_VERSION
+ARG LIBFABRIC_URL
+ARG LIBFABRIC_SHA256
+ARG AWS_OFI_NCCL_VERSION
+ARG AWS_OFI_NCCL_URL
+ARG AWS_OFI_NCCL_SHA256
+COPY docker/requirements-sbom.txt docker/build/write_sbom.py /usr/local/lib/byoc-build/
+RUN --mount=type=cache,target=/root/.cache/pip \
+    --mount=type=secret,id=ca \
+    --mount=type=bind,source=.wheelhouse,target=/wheelhouse \
+    --mount=type=bind,from=runtime-files,target=/rootfs \
+    . /usr/local/lib/byoc-build/pip-env.sh \
+ && python3 -m venv /opt/sbom \
+ && /opt/sbom/bin/pip install --require-hashes -r /usr/local/lib/byoc-build/requirements-sbom.txt \
+ && /opt/sbom/bin/python /usr/local/lib/byoc-build/write_sbom.py --rootfs /rootfs \
+        --patches /usr/local/lib/byoc-build/patches --out /sbom.cdx.json
+
+# ---------------------------------------------------------------------------------------------
+FROM runtime-files AS runtime
+# The SBOM: a file of its own, after everything it describes (make sbom copies it out).
+COPY --from=sbom /sbom.cdx.json /opt/byoc/sbom.cdx.json
+ARG TORCH_VERSION
+ARG HOROVOD_VERSION
 ARG VERSION
 ARG VCS_REF
 ARG SOURCE_URL
@@ -297,11 +350,12 @@ LABEL org.opencontainers.image.title="pytorch-horovod" \
       io.github.pytorch-horovod.flavor="${FLAVOR}" \
       io.github.pytorch-horovod.torch="${TORCH_VERSION}" \
       io.github.pytorch-horovod.horovod="${HOROVOD_VERSION}" \
-      io.github.pytorch-horovod.cuda="${CUDA_VERSION}"
+      io.github.pytorch-horovod.cuda="${CUDA_VERSION}" \
+      io.github.pytorch-horovod.sbom="/opt/byoc/sbom.cdx.json"
 ENV BYOC_FLAVOR=${FLAVOR}
 WORKDIR /workspace
-# Development mode (CMD dev): JupyterLab and sshd. Documentation only; publish with -p.
-EXPOSE 8888 22
+# Development mode (CMD dev): JupyterLab, sshd, TensorBoard. Documentation only; publish with -p.
+EXPOSE 8888 22 6006
 # Our PID 1 forwards signals and reaps zombies (tini may not be the entry point on SageMaker:
 # it would take `train` for its program).
 ENTRYPOINT ["/opt/venv/bin/byoc-init"]

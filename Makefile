@@ -26,16 +26,17 @@ export NODES
 ECR_REPOSITORY ?= pytorch-horovod
 PUSH_ARGS ?=
 ARGS ?=
-# make dev: host ports on loopback (README: "Development container" for other machines).
+# make dev: host ports on loopback (docs/development.md, "Several machines", for other machines).
 DEV_BIND ?= 127.0.0.1
 JUPYTER_HOST_PORT ?= 8888
 SSH_HOST_PORT ?= 2222
+TENSORBOARD_HOST_PORT ?= 6006
 DEV_WORKSPACE ?= $(CURDIR)
 DEV_KEYS ?= $(firstword $(wildcard $(HOME)/.ssh/id_ed25519.pub $(HOME)/.ssh/id_ecdsa.pub $(HOME)/.ssh/id_rsa.pub))
 
 .PHONY: local-train help build local-base lint test test-unit test-container test-gpu shell dev engine clean \
 	cluster-up cluster-down cluster-shell slurm-up slurm-down push launch test-deps standin build-gpu-standin \
-	test-gpu-flavor nccl-test smoke bench k8s-validate k8s-sim test-horovod test-horovod-soak canary
+	test-gpu-flavor nccl-test smoke bench k8s-validate k8s-sim test-horovod test-horovod-soak canary lock sbom
 
 help: ## Show this help
 	@echo "Usage: make TARGET [FLAVOR=cpu|gpu] [IMAGE=...] [TAG=...] [DOCKER=...]"
@@ -43,7 +44,7 @@ help: ## Show this help
 	@grep -E '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-16s %s\n", $$1, $$2}'
 	@echo
 	@echo "Variables: FLAVOR=$(FLAVOR) IMAGE=$(IMAGE) TAG=$(TAG) DOCKER=$(DOCKER)"
-	@echo "Build inputs (see README): BASE_IMAGE, BUILDER_IMAGE, RUNTIME_IMAGE, WHEELHOUSE, TORCH_INDEX_URL, CUDA_ARCHS, BUILD_ARGS"
+	@echo "Build inputs (see docs/building.md): BASE_IMAGE, BUILDER_IMAGE, RUNTIME_IMAGE, WHEELHOUSE, TORCH_INDEX_URL, CUDA_ARCHS, BUILD_ARGS"
 
 local-train: engine ## The main job: SageMaker's `train` on HOSTS containers (SLOTS each) of $(IMAGE):$(TAG); LAUNCHER=horovod|torchrun
 	@$(DOCKER) image inspect $(IMAGE):$(TAG) >/dev/null 2>&1 || $(MAKE) build
@@ -65,6 +66,12 @@ $(DEV_STAMP): requirements-dev.txt tests/requirements-sdk.txt
 	$(VENV)/bin/pip install -q --no-deps -r tests/requirements-sdk.txt
 	touch $@
 
+sbom: $(DEV_STAMP) engine ## The SBOM of $(IMAGE):$(TAG) (CycloneDX, made at build time in the image), checked, into build/sbom/
+	$(PY) scripts/sbom.py --image $(IMAGE):$(TAG) --docker $(DOCKER)
+
+lock: $(DEV_STAMP) ## Regenerate the hash-locked docker/requirements*.txt from their .in files (uv; needs PyPI)
+	@scripts/lock.sh
+
 lint: $(DEV_STAMP) ## hadolint, shellcheck and ruff
 	$(VENV)/bin/hadolint Dockerfile
 	shellcheck scripts/*.sh docker/build/*.sh docker/bash-env.sh tests/conformance/*.sh .ci/run
@@ -76,7 +83,7 @@ lint: $(DEV_STAMP) ## hadolint, shellcheck and ruff
 test-unit: $(DEV_STAMP) ## Unit tests (no Docker)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-test-deps: ## Tools the container tests drive: docker-registry, docker compose (as root on Debian/Ubuntu: installs them)
+test-deps: ## Tools the container tests drive: docker-registry, docker compose, Chromium (as root on Debian/Ubuntu: installs them)
 	@scripts/docker.sh test-deps
 
 test-container: $(DEV_STAMP) engine test-deps ## Container tests against $(IMAGE):cpu (built if missing)
@@ -91,17 +98,17 @@ smoke: engine ## The main job (make local-train), short, with each launcher, on 
 	$(MAKE) --no-print-directory local-train TAG=cpu LAUNCHER=torchrun LOCAL_TRAIN_ARGS="$(SMOKE_ARGS)"
 
 # A cold CI run on 2 cores: 2799 s (2026-12-05: cpu build 412 s, container tests 1082 s, the gpu
-# stand-in built cold 569 s, Horovod's suites 550 s; README.md, "Tests"); 60 min are allowed.
+# stand-in built cold 569 s, Horovod's suites 550 s; docs/tests.md); 60 min are allowed.
 test: lint test-unit test-container smoke test-gpu-flavor test-horovod ## Lint, unit, container tests, the main job's smoke, the gpu flavor on stand-ins, Horovod's own suites
 
 STANDIN ?= pytorch-horovod-standin
 STANDIN_CUDA_ARCHS ?= 80,90
 
-standin: engine ## nvidia/cuda stand-ins ($(STANDIN):devel, :runtime) from the local base and NVIDIA's CUDA wheels
+standin: engine ## nvidia/cuda stand-ins ($(STANDIN):devel, :base) from the local base and NVIDIA's CUDA wheels
 	@tests/standin/build.sh
 
 build-gpu-standin: standin ## The gpu flavor, unchanged Dockerfile, on the stand-ins: $(IMAGE):gpu-standin
-	@FLAVOR=gpu TAG=gpu-standin BUILDER_IMAGE=$(STANDIN):devel RUNTIME_IMAGE=$(STANDIN):runtime \
+	@FLAVOR=gpu TAG=gpu-standin BUILDER_IMAGE=$(STANDIN):devel RUNTIME_IMAGE=$(STANDIN):base \
 		CUDA_ARCHS=$(STANDIN_CUDA_ARCHS) scripts/build.sh
 
 # Always (re)built from this checkout, so a stale image is never the one checked (cached: seconds).
@@ -153,9 +160,10 @@ test-gpu: $(DEV_STAMP) ## GPU tests and Horovod's suites with NCCL, one rank per
 shell: engine ## An interactive shell in $(IMAGE):$(TAG)
 	$(DOCKER) run --rm -it --shm-size=1g $(IMAGE):$(TAG) bash
 
-dev: engine ## Development container here: Jupyter on 8888, SSH on 2222 (your ~/.ssh key), this directory at /workspace
+dev: engine ## Development container here: Jupyter on 8888 (the getting-started notebook), SSH on 2222 (your ~/.ssh key), TensorBoard on 6006, this directory at /workspace
 	$(DOCKER) run --rm -it --shm-size=8g $(if $(wildcard /dev/nvidia0),--gpus all) \
 		-p $(DEV_BIND):$(JUPYTER_HOST_PORT):8888 -p $(DEV_BIND):$(SSH_HOST_PORT):22 \
+		-p $(DEV_BIND):$(TENSORBOARD_HOST_PORT):6006 \
 		$(if $(DEV_KEYS),-v $(DEV_KEYS):/etc/byoc/authorized_keys:ro) \
 		-v $(DEV_WORKSPACE):/workspace $(IMAGE):$(TAG)
 

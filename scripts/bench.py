@@ -8,9 +8,9 @@ Starts NODES development containers of $IMAGE:$TAG (scripts/cluster.sh, project
 pytorch-horovod-bench, each pinned to its own cores so hosts do not share them), runs the
 in-image driver (`python -m byoc.bench.run`, see entrypoint/byoc/bench/run.py) on node0, and
 leaves bench/<timestamp>/results.json, bench.png and the printed table; the cluster is removed
-whatever happens. Runnable by hand inside any cluster of the image too: see README.md,
-"Performance". Then, in a cluster of its own, the elastic part (scripts/elastic_bench.py): join
-and recovery times of elastic Horovod, into the same directory (--parts elastic: only that).
+whatever happens. Runnable by hand inside any cluster of the image too: see docs/performance.md.
+Then, in a cluster of its own, the elastic part (scripts/elastic_bench.py): join and recovery
+times of elastic Horovod, into the same directory (--parts elastic: only that).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build the image for FLAVOR (cpu|gpu). Called by `make build`; every input is an environment
-# variable the Makefile documents (README.md, "Build arguments").
+# variable the Makefile documents (docs/building.md, "Build arguments").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -46,9 +46,9 @@ case "$FLAVOR" in
         cuda=$(dockerfile_arg CUDA_VERSION)
         os=$(dockerfile_arg BASE_OS)
         builder=${BUILDER_IMAGE:-nvidia/cuda:${cuda}-cudnn-devel-${os}}
-        runtime=${RUNTIME_IMAGE:-nvidia/cuda:${cuda}-runtime-${os}}
+        runtime=${RUNTIME_IMAGE:-nvidia/cuda:${cuda}-base-${os}}
         for b in "$builder" "$runtime"; do
-            have_image "$b" || fail "$b cannot be pulled. On a host without registry access, load the nvidia/cuda images (docker load) or pass BUILDER_IMAGE=<CUDA devel image> RUNTIME_IMAGE=<matching runtime image>; or build FLAVOR=cpu"
+            have_image "$b" || fail "$b cannot be pulled. On a host without registry access, load the nvidia/cuda images (docker load) or pass BUILDER_IMAGE=<CUDA cudnn-devel image> RUNTIME_IMAGE=<matching base image>; or build FLAVOR=cpu"
         done
         args+=(--build-arg "BUILDER_IMAGE=$builder" --build-arg "RUNTIME_IMAGE=$runtime")
         [ -n "${CUDA_ARCHS:-}" ] && args+=(--build-arg "CUDA_ARCHS=$CUDA_ARCHS")

@@ -2,7 +2,7 @@
 # `make canary TORCH_VERSION=X [TORCHVISION_VERSION=Y]`: does Horovod, with our patches, still
 # build and pass its own suites on another torch? Builds the cpu flavor with that torch as
 # $IMAGE:canary-torchX, then runs Horovod's suites (scripts/horovod_suites.py) and the main job's
-# smoke (each launcher, as `make smoke`) on it; prints one line for the README's table and
+# smoke (each launcher, as `make smoke`) on it; prints one line for docs/horovod-tests.md's table and
 # writes it to build/canary/torch-X.txt.
 # TORCHVISION_VERSION unset or empty: no torchvision. torchvision pins one torch release exactly,
 # so a new torch is on PyPI before its torchvision; Horovod and the smoke job need none.

@@ -11,7 +11,7 @@
 #   cluster.sh on NODE CMD..  run CMD on NODE (torchrun starts on every node: docs/elastic.md)
 # Elastic jobs find the nodes that answer with byoc-discover-hosts (docs/elastic.md).
 # The cluster key is made at `up` and kept outside the image and the repository, in
-# $CLUSTER_STATE (default ~/.local/state/pytorch-horovod/<project>); see README.md, "Local cluster".
+# $CLUSTER_STATE (default ~/.local/state/pytorch-horovod/<project>); see docs/development.md, "Local cluster".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -206,10 +206,11 @@ up() {
             sleep 1
         done
     done
-    local ssh_port jupyter_port hosts=""
+    local ssh_port jupyter_port tensorboard_port hosts=""
     for ((i = 0; i < nodes; i++)); do hosts+="${hosts:+,}node$i:$CLUSTER_SLOTS"; done
     ssh_port=$(compose port node0 22 | sed 's/.*://')
     jupyter_port=$(compose port node0 8888 | sed 's/.*://')
+    tensorboard_port=$(compose port node0 6006 | sed 's/.*://')
     say "$nodes node(s) up in $((SECONDS - start)) s; /workspace on every node is $CLUSTER_WORKSPACE"
     cat >&2 <<EOF
   shell on node0:  scripts/cluster.sh shell
@@ -219,6 +220,8 @@ up() {
                        --host-discovery-script byoc-discover-hosts python train_elastic.py
   add/remove:      make cluster-scale NODES=$((nodes + 1))    (node0 stays; docs/elastic.md)
   JupyterLab:      http://${CLUSTER_BIND:-127.0.0.1}:$jupyter_port/lab?token=$JUPYTER_TOKEN
+                   (getting-started.ipynb in /workspace: Horovod and DDP from a notebook)
+  TensorBoard:     http://${CLUSTER_BIND:-127.0.0.1}:$tensorboard_port/  (logs in /workspace/runs)
   stop:            make cluster-down
 EOF
 }

@@ -3,7 +3,7 @@
 #   docker.sh client   print a Docker client that can run BuildKit builds (or fail saying why)
 #   docker.sh engine   make sure an engine answers; as root on Debian/Ubuntu, install docker.io
 #                      and start dockerd when none runs (its pid goes to $DOCKERD_PIDFILE)
-#   docker.sh test-deps  docker-registry and docker compose for the container tests
+#   docker.sh test-deps  docker-registry, docker compose and Chromium for the container tests
 #   docker.sh ca       print the host's CA bundle for builds (PIP_CERT, SSL_CERT_FILE or
 #                      REQUESTS_CA_BUNDLE, the first non-empty file), or nothing
 set -euo pipefail
@@ -81,13 +81,22 @@ stop() {
     rm -f "$DOCKERD_PIDFILE"
 }
 
-# What the container tests drive besides the engine: docker-registry (test_push.py) and a compose
-# (test_cluster.py). As root on Debian/Ubuntu they are installed; elsewhere, say how.
+# What the container tests drive besides the engine: docker-registry (test_push.py), a compose
+# (test_cluster.py) and a headless browser (test_notebook.py: Chromium and chromedriver, from
+# Debian only: Ubuntu's chromium package is a snap, which does not run here). As root on
+# Debian/Ubuntu they are installed; elsewhere, say how.
 test_deps() {
     local missing=()
     command -v docker-registry >/dev/null 2>&1 || missing+=(docker-registry)
     if ! docker compose version >/dev/null 2>&1 && ! command -v docker-compose >/dev/null 2>&1; then
         missing+=(docker-compose)
+    fi
+    if ! command -v chromedriver >/dev/null 2>&1; then
+        if grep -qx 'ID=debian' /etc/os-release 2>/dev/null; then
+            missing+=(chromium chromium-driver)
+        else
+            say "no chromedriver: install Chromium and its chromedriver for the browser test (it skips saying so)"
+        fi
     fi
     [ ${#missing[@]} -eq 0 ] && return 0
     if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then

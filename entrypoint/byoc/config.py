@@ -180,7 +180,13 @@ def read_hyperparameters(path: Path) -> dict[str, Any]:
             raise ConfigError(
                 f"{path}: {key}: collides with {other!r} (both are SM_HP_{env_key(key)})"
             )
-    return {k: decode_hyperparameter(v) for k, v in data.items()}
+    decoded = {k: decode_hyperparameter(v) for k, v in data.items()}
+    for key, value in decoded.items():
+        # The SDK's JSON-in-JSON ('"a\\u0000b"') shows its control characters only now; a
+        # decoded string goes to the script's argv and SM_HP_* as is (other values as JSON).
+        if isinstance(value, str) and value:
+            _check_text(path, key, value, MAX_HP_VALUE)
+    return decoded
 
 
 def read_input_data_config(path: Path) -> tuple[dict[str, Any], list[Channel]]:

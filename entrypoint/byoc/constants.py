@@ -34,7 +34,7 @@ HP_TORCH_DISTRIBUTED_ENABLED = "sagemaker_torch_distributed_enabled"  # {"torch_
 # smdistributed launchers this image does not have (SDK v2 "smdistributed" and "pytorchddp").
 HP_SMDISTRIBUTED = ("sagemaker_distributed_dataparallel_enabled", "sagemaker_pytorch_ddp_enabled")
 
-# --- our own knobs (documented in README.md, "train") -----------------------------------------
+# --- our own knobs (documented in docs/sagemaker.md, "Settings") -------------------------------
 CPU_SLOTS_ENV = "BYOC_CPU_SLOTS_PER_HOST"
 DEFAULT_CPU_SLOTS = 1
 MAX_SLOTS_PER_HOST = 256  # processes per host: more is a typo, not an instance
@@ -112,13 +112,13 @@ SM_HOST_COUNT = "SM_HOST_COUNT"
 SM_CURRENT_HOST_RANK = "SM_CURRENT_HOST_RANK"
 SM_MASTER_ADDR = "SM_MASTER_ADDR"
 
-# --- CUDA forward compatibility (byoc.cuda_compat; README.md, "The gpu flavor") ---------------
+# --- CUDA forward compatibility (byoc.cuda_compat; docs/gpu-efa.md) ----------------------------
 CUDA_COMPAT_ENV = "BYOC_CUDA_COMPAT"  # auto (default), on, off
 CUDA_COMPAT_MODES = ("auto", "on", "off")
 CUDA_COMPAT_DIR = "/usr/local/cuda/compat"  # cuda-compat in the nvidia/cuda bases
 NVIDIA_DRIVER_VERSION_FILE = "/proc/driver/nvidia/version"  # the host's kernel module
 
-# --- development mode: `docker run IMAGE` with no command (README.md, "Development container") -
+# --- development mode: `docker run IMAGE` with no command (docs/development.md) ----------------
 DEV_COMMAND = "dev"  # the image's CMD
 JUPYTER_TOKEN_ENV = "JUPYTER_TOKEN"
 JUPYTER_PORT_ENV = "JUPYTER_PORT"
@@ -129,6 +129,12 @@ JUPYTER_ENABLED_ENV = "BYOC_JUPYTER"  # 0: no Jupyter
 DEV_SSH_PORT_ENV = "SSH_PORT"
 DEFAULT_DEV_SSH_PORT = 22
 SSHD_ENABLED_ENV = "BYOC_SSHD"  # 0: no sshd
+TENSORBOARD_ENABLED_ENV = "BYOC_TENSORBOARD"  # 0: no TensorBoard (default: as BYOC_JUPYTER)
+TENSORBOARD_PORT_ENV = "BYOC_TENSORBOARD_PORT"
+DEFAULT_TENSORBOARD_PORT = 6006
+TENSORBOARD_LOGDIR = "runs"  # under the notebook root: torch's SummaryWriter's default
+NOTEBOOK_ENABLED_ENV = "BYOC_NOTEBOOK"  # 0: do not copy the getting-started notebook
+NOTEBOOK_SOURCE = "/opt/byoc/notebooks/getting-started.ipynb"  # docker/notebooks/
 AUTHORIZED_KEYS_ENV = "SSH_AUTHORIZED_KEYS"  # public keys, one a line
 AUTHORIZED_KEYS_FILE_ENV = "SSH_AUTHORIZED_KEYS_FILE"  # a mounted file of them
 DEFAULT_AUTHORIZED_KEYS_FILE = "/etc/byoc/authorized_keys"

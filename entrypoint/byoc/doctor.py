@@ -256,7 +256,7 @@ def check_efa(probe: Probe, facts: fabric.Facts, decision: fabric.Decision) -> l
         else:
             out.append(Finding("efa", OK, detail))
     elif facts.efa_devices and not efa_off:
-        fix = device_fix if not facts.uverbs else "build the image with EFA=on (README.md, EFA)"
+        fix = device_fix if not facts.uverbs else "build the image with EFA=on (docs/gpu-efa.md)"
         out.append(Finding("efa", FAIL, f"EFA not used: {decision.reason}", fix))
     elif kind and kind.efa and not efa_off:
         detail = f"{itype} has {kind.efa} EFA device(s), this container sees none"

@@ -15,7 +15,7 @@ estimators encode them. --distribution adds the hyperparameters that the SDK's
 PyTorch(image_uri=..., distribution=...) adds: mpi (the default; Horovod over MPI) is
 {"mpi": {"enabled": True, ...}}, torch_distributed (torchrun) is {"torch_distributed":
 {"enabled": True}}, none is no distribution. No SSH key goes into the job's Environment: the
-hosts make their SSH trust themselves at start, per job (README.md "SSH trust").
+hosts make their SSH trust themselves at start, per job (docs/security.md, "SSH trust").
 --ssh-key-in-environment puts one there, where DescribeTrainingJob and the console show it to
 anyone who may read the job. --dry-run prints the request and creates nothing; --wait follows
 the job's status and logs and exits with its result.

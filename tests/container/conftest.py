@@ -16,6 +16,8 @@ import uuid
 
 import pytest
 
+from tests.helpers import wait_until
+
 docker = pytest.importorskip(
     "docker", reason="the Docker SDK is not installed (make test installs it)"
 )
@@ -29,6 +31,17 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if "tests/container" in str(item.fspath):
             item.add_marker(pytest.mark.container)
+
+
+def host_port(container, port: str) -> int:
+    """The host port the engine published container's port ("8888/tcp") on, once it has."""
+
+    def published():
+        container.reload()
+        bound = (container.attrs["NetworkSettings"]["Ports"] or {}).get(port)
+        return int(bound[0]["HostPort"]) if bound else None
+
+    return wait_until(published, timeout=30, what=f"{port} published")
 
 
 def dockerfile_arg(name: str) -> str:

@@ -2,7 +2,7 @@
 nodes of the local cluster. It checks the shape of what a run leaves and that every library,
 the link, training, scaling, launch, the Pipe reader and the elastic part (a join and a
 recovery) produced a figure; never a timing (the
-numbers are the benchmark's business: README.md, "Performance")."""
+numbers are the benchmark's business: docs/performance.md)."""
 
 from __future__ import annotations
 

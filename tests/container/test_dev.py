@@ -12,20 +12,12 @@ import urllib.request
 
 import pytest
 
+from tests.container.conftest import host_port
 from tests.helpers import wait_until
 
 paramiko = pytest.importorskip("paramiko", reason="paramiko is not installed (make test does)")
 
 LOOPBACK_PORTS = {"8888/tcp": ("127.0.0.1", None), "22/tcp": ("127.0.0.1", None)}
-
-
-def host_port(container, port: str) -> int:
-    def published():
-        container.reload()
-        bound = (container.attrs["NetworkSettings"]["Ports"] or {}).get(port)
-        return int(bound[0]["HostPort"]) if bound else None
-
-    return wait_until(published, timeout=30, what=f"{port} published")
 
 
 def api_status(port: int, token: str | None) -> int:
@@ -91,7 +83,11 @@ def test_no_command_starts_jupyter_that_answers_only_with_the_token(containers):
     c = start_dev(containers)
     port = host_port(c, "8888/tcp")
     token = wait_until(
-        lambda: (m := re.search(r"/lab\?token=([0-9a-f]{32,})", logs(c))) and m.group(1),
+        # The URL opens the getting-started notebook the container copied into /workspace.
+        lambda: (
+            (m := re.search(r"/lab/tree/getting-started\.ipynb\?token=([0-9a-f]{32,})", logs(c)))
+            and m.group(1)
+        ),
         timeout=60,
         what="the token in the log",
     )

@@ -3,7 +3,7 @@
 What the image ships (libfabric with the efa provider, the aws-ofi-nccl plugin, rdma-core's
 user-space libraries) and what byoc-init decides from what a container sees: nothing here on a
 machine without EFA, a stand-in EFA host (a fake /sys/class/infiniband tree and verbs nodes
-bind-mounted in) otherwise. EFA traffic itself needs two EFA instances: README.md, "EFA and
+bind-mounted in) otherwise. EFA traffic itself needs two EFA instances: docs/gpu-efa.md, "EFA and
 multi-node NCCL", says how to check it there.
 """
 

@@ -151,3 +151,73 @@ def test_a_replaced_entrypoint_still_gets_byoc_init_and_mpi4py(gpu):
     pid1 = "\n/opt/venv/bin/python3 /opt/venv/bin/byoc-init /bin/bash -c"
     assert without_init_lines(out).startswith(pid1), out
     assert "Open MPI" in out, out
+
+
+LDD_CHECK = r"""
+import os, subprocess, sys
+roots = ["/opt/venv", "/opt/amazon", "/opt/nccl-tests", "/usr/local"]
+elves = []
+for root in roots:
+    for d, _, files in os.walk(root):
+        for f in files:
+            p = os.path.join(d, f)
+            if os.path.islink(p) or not os.path.isfile(p):
+                continue
+            with open(p, "rb") as fh:
+                if fh.read(4) == b"\x7fELF":
+                    elves.append(p)
+missing = set()
+for p in elves:
+    out = subprocess.run(["ldd", p], capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        if "=> not found" in line:
+            missing.add((p, line.split()[0]))
+names = {os.path.basename(p) for p in elves}
+print("CHECKED", len(elves))
+for p, lib in sorted(missing):
+    print("MISSING", p, lib, "IN-IMAGE" if lib in names else "ABSENT")
+"""
+
+# The driver's libraries, which the NVIDIA Container Toolkit mounts at run time (--gpus): the one
+# kind of library an ELF file in the image may need and not find here.
+DRIVER_LIBS = re.compile(r"^lib(cuda|nvidia-[a-z-]+)\.so\.\d+$")
+
+
+def test_every_elf_file_finds_its_libraries_on_the_base(gpu):
+    """The runtime is nvidia/cuda's -base (cudart and nothing else of CUDA): every library the
+    venv's, Horovod's, nccl-tests', libfabric's and aws-ofi-nccl's ELF files need is in the
+    image, except the driver's. ldd resolves almost all; the rest are wheels' extensions that
+    their package loads after its own libraries (torchvision's after torch's, triton's plugins
+    after libtriton, cuSOLVER's multi-GPU library after cuBLAS): such a library must be in the
+    image under that name, not in a base the image no longer has."""
+    status, out = gpu.run(["python", "-c", LDD_CHECK], timeout=600)
+    assert status == 0, out
+    checked = int(re.search(r"CHECKED (\d+)", out).group(1))
+    assert checked > 100, out
+    missing = [line.split()[1:] for line in out.splitlines() if line.startswith("MISSING ")]
+    # A program (nccl-tests' *_perf, libfabric's fi_*) has no process to lean on: all of its
+    # libraries must resolve. A library may lean on what its package loaded before it.
+    absent = [
+        (path, lib)
+        for path, lib, where in missing
+        if where == "ABSENT" or ".so" not in path.rsplit("/", 1)[-1]
+    ]
+    unexpected = [(path, lib) for path, lib in absent if not DRIVER_LIBS.match(lib)]
+    assert not unexpected, "\n".join(f"{path}: {lib} is nowhere" for path, lib in unexpected)
+    in_process = {lib for _, lib, where in missing if where == "IN-IMAGE"}
+    print(f"\n{checked} ELF files; {len(in_process)} libraries found in-process only: {in_process}")
+
+
+def test_the_base_holds_no_cuda_library_but_cudart(gpu):
+    """What -base holds of CUDA, and no more: the libraries torch loads come from its wheels."""
+    status, out = gpu.run(["bash", "-c", "ls /usr/local/cuda/lib/"], timeout=60)
+    assert status == 0, out
+    files = without_init_lines(out).split()
+    assert files and all(f.startswith("libcudart.so.13") for f in files), out
+    status, out = gpu.run(["ldconfig", "-p"], timeout=60)
+    assert status == 0, out
+    found = re.findall(
+        r"(lib(?:cublas|cufft|cusparse|curand|cudnn|npp|nccl\.so)\S*) .*=> (\S+)", out
+    )
+    # Only torch's NCCL, which the image itself puts in the linker cache.
+    assert found and all(p.startswith("/opt/venv/") for _, p in found), found

@@ -67,7 +67,7 @@ def test_listed_packages_import_at_the_pinned_versions(containers):
     assert versions["torch"].split("+")[0] == dockerfile_arg("TORCH_VERSION")
     assert versions["torchvision"].split("+")[0] == dockerfile_arg("TORCHVISION_VERSION")
     assert versions["horovod"] == dockerfile_arg("HOROVOD_VERSION")
-    pins = (ROOT / "docker" / "requirements.txt").read_text()
+    pins = (ROOT / "docker" / "requirements.in").read_text()  # the pins the lock hashes
     assert f"matplotlib=={versions['matplotlib']}" in pins.splitlines()
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build the nvidia/cuda stand-ins (tests/standin/Dockerfile) from the local OS base:
-#   pytorch-horovod-standin:devel and :runtime. Then `make build-gpu-standin` builds the gpu
+#   pytorch-horovod-standin:devel and :base. Then `make build-gpu-standin` builds the gpu
 # flavor on them with the unchanged Dockerfile. CUDA_VERSION follows the Dockerfile's pin.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -15,9 +15,9 @@ args=(--build-arg "BASE_IMAGE=$LOCAL_BASE" --build-arg "CUDA_VERSION=$cuda"
 ca=$(scripts/docker.sh ca)
 [ -n "$ca" ] && args+=(--secret "id=ca,src=$ca")
 start=$SECONDS
-for target in runtime devel; do
+for target in base devel; do
     say "building $STANDIN:$target (CUDA $cuda wheels on $LOCAL_BASE)"
     DOCKER_BUILDKIT=1 "$DOCKER" build --progress=plain "${args[@]}" --target "$target" \
         -t "$STANDIN:$target" tests/standin
 done
-say "built $STANDIN:runtime and :devel in $((SECONDS - start)) s"
+say "built $STANDIN:base and :devel in $((SECONDS - start)) s"

@@ -15,7 +15,7 @@ import pytest
 from byoc import constants as C
 from byoc import settings as byoc_settings
 from byoc import ssh
-from byoc.dev import files, keys, main, services, settings, user
+from byoc.dev import files, keys, main, notebook, services, settings, user
 from byoc.dev.settings import DevError
 
 from tests.helpers import wait_until
@@ -57,6 +57,13 @@ def test_a_given_token_is_used_and_an_empty_one_refused():
             "SSH_PORT='70000': expected a whole number from 1 to 65535",
         ),
         ({C.JUPYTER_PORT_ENV: "2222", C.DEV_SSH_PORT_ENV: "2222"}, "both 2222"),
+        (
+            {C.TENSORBOARD_PORT_ENV: "8888"},
+            "JUPYTER_PORT and BYOC_TENSORBOARD_PORT are both 8888",
+        ),
+        ({C.TENSORBOARD_PORT_ENV: "-1"}, "BYOC_TENSORBOARD_PORT='-1': expected a whole number"),
+        ({C.TENSORBOARD_ENABLED_ENV: "maybe"}, "BYOC_TENSORBOARD='maybe': expected one of"),
+        ({C.NOTEBOOK_ENABLED_ENV: "2"}, "BYOC_NOTEBOOK='2': expected one of"),
         ({C.DEV_USER_ENV: "Bad User"}, "not a valid user name"),
         (
             {C.DEV_USER_ENV: "dev", C.DEV_UID_ENV: "0"},
@@ -204,6 +211,94 @@ def test_jupyter_command_keeps_the_token_out_of_argv():
     assert "--allow-root" in cmd
     assert not any("s3cret" in a for a in cmd)
     assert "--allow-root" not in main.jupyter_command(settings.load({C.DEV_USER_ENV: "dev"}))
+
+
+def test_tensorboard_comes_with_jupyter_unless_asked():
+    assert settings.load({}).tensorboard
+    assert settings.load({}).tensorboard_port == 6006
+    assert not settings.load({C.JUPYTER_ENABLED_ENV: "0"}).tensorboard
+    alone = settings.load({C.JUPYTER_ENABLED_ENV: "0", C.TENSORBOARD_ENABLED_ENV: "1"})
+    assert alone.tensorboard and not alone.jupyter
+    assert not settings.load({C.TENSORBOARD_ENABLED_ENV: "off"}).tensorboard
+    # A port clash only counts between services that run.
+    off = {C.TENSORBOARD_ENABLED_ENV: "0", C.TENSORBOARD_PORT_ENV: "8888"}
+    assert settings.load(off).tensorboard_port == 8888
+    cmd = main.tensorboard_command(settings.load({C.NOTEBOOK_DIR_ENV: "/nb"}))
+    assert "--logdir=/nb/runs" in cmd and "--port=6006" in cmd
+
+
+def test_jupyter_makes_no_calls_out_and_opens_the_notebook_given():
+    cfg = settings.load({})
+    cmd = main.jupyter_command(cfg)
+    assert "--LabApp.news_url=None" in cmd
+    assert "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate" in cmd
+    assert not any("default_url" in a for a in cmd)
+    cmd = main.jupyter_command(cfg, "getting-started.ipynb")
+    assert "--LabApp.default_url=/lab/tree/getting-started.ipynb" in cmd
+
+
+def nb_config(tmp_path, **env):
+    d = tmp_path / "nb"
+    d.mkdir(exist_ok=True)
+    return settings.load({C.NOTEBOOK_DIR_ENV: str(d), **env}), d
+
+
+@pytest.fixture
+def source(tmp_path):
+    src = tmp_path / "image" / "getting-started.ipynb"
+    src.parent.mkdir()
+    src.write_text('{"cells": []}\n')
+    return src
+
+
+def test_the_notebook_is_copied_where_absent(tmp_path, source):
+    cfg, d = nb_config(tmp_path)
+    opened, warning = notebook.install(cfg, source)
+    assert (opened, warning) == (d / source.name, "")
+    assert opened.read_text() == source.read_text()
+    assert opened.stat().st_mode & 0o777 == 0o644
+
+
+def test_a_users_file_of_that_name_is_never_replaced_and_is_opened(tmp_path, source):
+    cfg, d = nb_config(tmp_path)
+    mine = d / source.name
+    mine.write_text("my edits")
+    assert notebook.install(cfg, source) == (mine, "")
+    assert mine.read_text() == "my edits"
+
+
+def test_a_link_of_that_name_is_never_written_through(tmp_path, source):
+    cfg, d = nb_config(tmp_path)
+    target = tmp_path / "elsewhere.txt"
+    (d / source.name).symlink_to(target)  # dangling: a copy would create the target
+    assert notebook.install(cfg, source) == (None, "")
+    assert not target.exists()
+    target.write_text("theirs")  # a link to a file: opened, not written
+    assert notebook.install(cfg, source) == (d / source.name, "")
+    assert target.read_text() == "theirs"
+
+
+def test_no_notebook_when_turned_off_or_not_in_the_image(tmp_path, source):
+    cfg, d = nb_config(tmp_path, **{C.NOTEBOOK_ENABLED_ENV: "0"})
+    assert notebook.install(cfg, source) == (None, "")
+    assert notebook.install(nb_config(tmp_path)[0], tmp_path / "missing.ipynb") == (None, "")
+    assert list(d.iterdir()) == []
+
+
+def test_a_notebook_root_it_cannot_write_gives_a_warning_not_an_error(tmp_path, source):
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("x")
+    cfg = settings.load({C.NOTEBOOK_DIR_ENV: str(not_a_dir)})
+    opened, warning = notebook.install(cfg, source)
+    assert opened is None
+    assert f"not copied to {not_a_dir / source.name}" in warning
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another uid needs root")
+def test_the_copy_belongs_to_the_dev_user(tmp_path, source):
+    cfg, d = nb_config(tmp_path, **{C.DEV_USER_ENV: "dev", C.DEV_UID_ENV: "4321"})
+    opened, _ = notebook.install(cfg, source)
+    assert (opened.stat().st_uid, opened.stat().st_gid) == (4321, 4321)
 
 
 def test_notebook_dir_warning_names_the_uid_to_use(tmp_path):

@@ -426,7 +426,7 @@ def test_efa_devices_without_the_plugin_fail_with_the_build_fix(host):
     [finding] = _efa(host)
     assert finding.status == doctor.FAIL
     assert "aws-ofi-nccl not built: EFA=off" in finding.detail
-    assert finding.fix == "build the image with EFA=on (README.md, EFA)"
+    assert finding.fix == "build the image with EFA=on (docs/gpu-efa.md)"
 
 
 def test_byoc_efa_off_on_an_efa_host_only_informs(host):

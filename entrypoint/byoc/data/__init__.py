@@ -1,6 +1,6 @@
 """Reading SageMaker channels from PyTorch: Pipe-mode FIFOs and File/FastFile directories.
 
-See README.md, "Data: Pipe mode and File channels", and byoc.data.dataset for the details.
+See docs/data.md and byoc.data.dataset for the details.
 """
 
 __all__ = [

@@ -1,6 +1,6 @@
 """Development mode, the image's CMD: JupyterLab and sshd, run and stopped together.
 
-`docker run -p 8888:8888 -p 2222:22 IMAGE` lands here (README.md, "Development container").
+`docker run -p 8888:8888 -p 2222:22 IMAGE` lands here (docs/development.md).
 Jupyter always has a token (given, or made here and printed with the URL); sshd takes public keys
 only, from SSH_AUTHORIZED_KEYS and a mounted file, with host keys made at the container's first
 start. Both may run as a user chosen at run time instead of root. PID 1 (byoc-init) forwards

@@ -28,6 +28,9 @@ class DevConfig:
     notebook_dir: Path
     sshd: bool
     ssh_port: int
+    tensorboard: bool
+    tensorboard_port: int
+    notebook: bool  # copy the getting-started notebook into notebook_dir where absent
     user: str
     uid: int
     gid: int
@@ -77,8 +80,22 @@ def _load(env: dict[str, str]) -> DevConfig:
     jupyter_port = byoc_settings.port(env, C.JUPYTER_PORT_ENV, C.DEFAULT_JUPYTER_PORT)
     ssh_port = byoc_settings.port(env, C.DEV_SSH_PORT_ENV, C.DEFAULT_DEV_SSH_PORT)
     sshd = byoc_settings.flag(env, C.SSHD_ENABLED_ENV, True)
-    if jupyter and sshd and jupyter_port == ssh_port:
-        raise DevError(f"{C.JUPYTER_PORT_ENV} and {C.DEV_SSH_PORT_ENV} are both {ssh_port}")
+    # TensorBoard has no login: it comes with Jupyter (whose port one publishes) unless asked.
+    tensorboard = byoc_settings.flag(env, C.TENSORBOARD_ENABLED_ENV, jupyter)
+    tensorboard_port = byoc_settings.port(env, C.TENSORBOARD_PORT_ENV, C.DEFAULT_TENSORBOARD_PORT)
+    ports = [
+        (name, number)
+        for name, number, on in (
+            (C.JUPYTER_PORT_ENV, jupyter_port, jupyter),
+            (C.DEV_SSH_PORT_ENV, ssh_port, sshd),
+            (C.TENSORBOARD_PORT_ENV, tensorboard_port, tensorboard),
+        )
+        if on
+    ]
+    for i, (name, number) in enumerate(ports):
+        for other, other_number in ports[i + 1 :]:
+            if number == other_number:
+                raise DevError(f"{name} and {other} are both {number}")
     peers = tuple(p for p in re.split(r"[\s,]+", env.get(C.SSH_PEERS_ENV, "")) if p)
     for p in peers:
         if not _PEER_RE.match(p):
@@ -92,6 +109,9 @@ def _load(env: dict[str, str]) -> DevConfig:
         notebook_dir=Path(env.get(C.NOTEBOOK_DIR_ENV, "").strip() or C.DEFAULT_NOTEBOOK_DIR),
         sshd=sshd,
         ssh_port=ssh_port,
+        tensorboard=tensorboard,
+        tensorboard_port=tensorboard_port,
+        notebook=byoc_settings.flag(env, C.NOTEBOOK_ENABLED_ENV, True),
         user=user,
         uid=uid,
         gid=gid,

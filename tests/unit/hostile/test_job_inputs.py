@@ -355,6 +355,8 @@ def test_a_setting_out_of_bounds_stops_the_job_before_it_starts(tmp_path, name, 
         (HPS, "[" * 100000 + "]" * 100000, "nested too deeply"),
         (HPS, '{"a": "x\\u0000y"}', "a: holds a control character"),
         (HPS, '{"a": "x\x00y"}', "is not valid JSON"),
+        # As the SDK encodes a string: JSON in JSON, the NUL only there once decoded.
+        (HPS, r'{"blob": "\"a\\u0000b\""}', "blob: holds a control character"),
         (HPS, b"\xff\xfe{}", "cannot be read"),
         (
             RC,
@@ -363,7 +365,7 @@ def test_a_setting_out_of_bounds_stops_the_job_before_it_starts(tmp_path, name, 
         ),
         (IDC, '{"train": {"TrainingInputMode": "File"}', "is not valid JSON"),
     ],
-    ids=["deep-json", "nul-escaped", "nul-raw", "not-utf8", "huge", "truncated"],
+    ids=["deep-json", "nul-escaped", "nul-raw", "nul-sdk-encoded", "not-utf8", "huge", "truncated"],
 )
 def test_config_files_that_no_parser_should_trust_are_refused(tmp_path, file, content, message):
     ml = tree(tmp_path, hps=PROGRAM)
