@@ -1,8 +1,9 @@
 # PyTorch + Horovod training image, SageMaker "bring your own container" compatible.
 #
 # One file, two flavors (see docs/building.md, "Build arguments"):
-#   gpu (default): nvidia/cuda devel base for the builder, the matching runtime base for the image,
-#                  Horovod with NCCL.
+#   gpu (default): nvidia/cuda cudnn-devel base for the builder, the matching -base image (CUDA's
+#                  runtime library only: torch's wheels bring the rest) for the image, Horovod with
+#                  NCCL.
 #   cpu:           the same stages on a plain OS base (Ubuntu, or the Debian base `make local-base`
 #                  makes where no registry can be reached), Horovod with Gloo and MPI.
 #

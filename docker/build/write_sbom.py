@@ -128,21 +128,18 @@ def python_components(venv: Path) -> list[Component]:
     return [components[k] for k in sorted(components)]
 
 
-def patches_for(patch_dir: Path, prefix: str) -> list[Patch]:
-    return [
-        Patch(
-            type=PatchClassification.UNOFFICIAL,
-            diff=Diff(url=XsUri(f"docker/patches/{p.name}")),
-        )
-        for p in sorted(patch_dir.glob(f"{prefix}-*.patch"))
+def patches(patch_dir: Path, prefix: str | None) -> tuple[list[Patch], list[Property]]:
+    """The patches applied to a source (docker/patches/<prefix>-*.patch): as CycloneDX pedigree
+    patches, and as properties with each file's sha256."""
+    files = sorted(patch_dir.glob(f"{prefix}-*.patch")) if prefix else []
+    pedigree = [
+        Patch(type=PatchClassification.UNOFFICIAL, diff=Diff(url=XsUri(f"docker/patches/{p.name}")))
+        for p in files
     ]
-
-
-def patch_properties(patch_dir: Path, prefix: str) -> list[Property]:
-    return [
-        Property(name=f"{PROPERTY}:patch", value=f"{p.name} sha256:{sha256(p)}")
-        for p in sorted(patch_dir.glob(f"{prefix}-*.patch"))
+    props = [
+        Property(name=f"{PROPERTY}:patch", value=f"{p.name} sha256:{sha256(p)}") for p in files
     ]
+    return pedigree, props
 
 
 def source_component(
@@ -153,8 +150,8 @@ def source_component(
     properties = [Property(name=f"{PROPERTY}:origin", value="source")]
     if built:
         properties.append(Property(name=f"{PROPERTY}:not-built", value=built))
-    patches = patches_for(patch_dir, patch_prefix) if patch_prefix else []
-    properties += patch_properties(patch_dir, patch_prefix) if patch_prefix else []
+    applied, patch_props = patches(patch_dir, patch_prefix)
+    properties += patch_props
     return Component(
         type=ComponentType.LIBRARY,
         name=name,
@@ -169,7 +166,7 @@ def source_component(
                 hashes=[HashType(alg=HashAlgorithm.SHA_256, content=digest)],
             )
         ],
-        pedigree=Pedigree(patches=patches) if patches else None,
+        pedigree=Pedigree(patches=applied) if applied else None,
         properties=properties,
     )  # fmt: skip
 

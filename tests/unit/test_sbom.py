@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-sbom = pytest.importorskip(
-    "write_sbom", reason="cyclonedx-python-lib is not installed (make test does)"
-)
+NO_LIB = "cyclonedx-python-lib is not installed (make test does)"
+write_sbom = pytest.importorskip("write_sbom", reason=NO_LIB)
+origin = pytest.importorskip("sbom", reason=NO_LIB).origin  # scripts/sbom.py, make sbom's
 
 STATUS = """Package: libfoo1
 Status: install ok installed
@@ -74,18 +74,12 @@ def rootfs(tmp_path):
 
 
 def render(root, patches, env=ENV) -> dict:
-    bom = sbom.build(root, root / "opt/venv", patches, dict(env))
-    return json.loads(sbom.JsonV1Dot6(bom).output_as_string())
+    bom = write_sbom.build(root, root / "opt/venv", patches, dict(env))
+    return json.loads(write_sbom.JsonV1Dot6(bom).output_as_string())
 
 
-def by_origin(doc: dict, origin: str) -> dict[str, dict]:
-    return {
-        c["name"]: c
-        for c in doc["components"]
-        if any(
-            p["value"] == origin for p in c.get("properties", []) if p["name"].endswith("origin")
-        )
-    }
+def by_origin(doc: dict, kind: str) -> dict[str, dict]:
+    return {c["name"]: c for c in doc["components"] if origin(c) == kind}
 
 
 def test_installed_dpkg_packages_only_with_purls(rootfs):
@@ -105,7 +99,7 @@ def test_python_distributions_with_the_sha256_of_their_record(rootfs):
     assert set(py) == {"Foo_Bar", "horovod"}
     assert py["Foo_Bar"]["purl"] == "pkg:pypi/foo-bar@1.0"
     record = root / "opt/venv/lib/python3.11/site-packages/Foo_Bar-1.0.dist-info/RECORD"
-    assert py["Foo_Bar"]["hashes"][0]["content"] == sbom.sha256(record)
+    assert py["Foo_Bar"]["hashes"][0]["content"] == write_sbom.sha256(record)
 
 
 def test_sources_with_their_patches_and_what_was_not_built(rootfs):

@@ -16,14 +16,12 @@ def install(cfg: DevConfig, source: Path = Path(C.NOTEBOOK_SOURCE)) -> tuple[Pat
     dest = cfg.notebook_dir / source.name
     if not cfg.notebook or not source.is_file():
         return None, ""
-    if os.path.lexists(dest):  # the user's copy, or their own file: open it, never replace it
-        return (dest if dest.is_file() else None), ""
     data = source.read_bytes()
     try:
-        # O_EXCL: created here or not at all (no race with a file that appears meanwhile);
-        # O_NOFOLLOW: never written through a link.
+        # O_EXCL: created here or not at all, never over anything of that name, a link (even a
+        # dangling one) included; O_NOFOLLOW: never written through a link.
         fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    except FileExistsError:
+    except FileExistsError:  # the user's copy, or their own file: open it, never replace it
         return (dest if dest.is_file() else None), ""
     except OSError as exc:
         return None, f"the getting-started notebook was not copied to {dest}: {exc.strerror}"
