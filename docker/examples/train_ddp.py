@@ -7,7 +7,8 @@ one device per process, DistributedSampler sharding with set_epoch, LR scaled by
 optional AMP (CUDA), logs and checkpoints on rank 0 only, a checkpoint every epoch in
 SM_CHECKPOINT_DIR (/opt/ml/checkpoints) and resume from it at start (rank 0 reads it and
 broadcasts it, as in a multi-host job only rank 0's host has it), the final model in
-SM_MODEL_DIR.
+SM_MODEL_DIR, and an exit that skips the interpreter's teardown, where a torch bug can abort a
+rank that has finished (synthetic_task.exit_after_success).
 
 Run it with torchrun, e.g. `torchrun --nproc-per-node 2 train_ddp.py --epochs 1`; in the image,
 `train` runs it for SageMaker's torch_distributed. A plain `python train_ddp.py` runs one process.
@@ -139,3 +140,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    task.exit_after_success()  # no interpreter teardown: see its docstring (pytorch#190489)

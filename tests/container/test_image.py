@@ -126,6 +126,21 @@ def test_docker_stop_is_prompt_and_forwards_sigterm(containers):
     assert b"got-term" in c.logs()
 
 
+def test_ddp_example_ends_flushed_and_without_the_interpreter_teardown(containers):
+    """train_ddp.py's last call (synthetic_task.exit_after_success, pytorch/pytorch#190489):
+    what was printed still arrives with stdout a pipe, the exit code is 0, and no teardown
+    runs (an atexit handler stays silent): a Gloo thread cannot abort the process in it."""
+    script = (
+        "import atexit, sys; sys.path.insert(0, '/opt/byoc/examples'); "
+        "import synthetic_task as task; atexit.register(print, 'teardown ran'); "
+        "print('buffered', end=''); sys.stderr.write(' and err'); task.exit_after_success()"
+    )
+    code, out = containers.run(["python", "-c", script], timeout=120)
+    assert code == 0, out
+    assert "buffered" in out and "and err" in out, out
+    assert "teardown ran" not in out, out
+
+
 def test_pid1_reaps_orphans(containers):
     # Orphans re-parented to PID 1 exit; none may stay a zombie.
     script = (

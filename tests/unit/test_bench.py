@@ -7,6 +7,7 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from byoc.bench import allreduce, pipe, plot, stats
@@ -625,3 +626,47 @@ def test_horovod_reduces_in_place_compressed_first_as_distributed_optimizer_does
         ("allreduce_", "half of grad", "sum"),
         ("set_", "grad", "float of half of grad"),
     ]
+
+
+def test_run_with_returns_the_output_once_every_half_of_the_job_has_finished(tmp_path):
+    from byoc.bench import run
+
+    flag = tmp_path / "other-finished"
+    other = ["sh", "-c", f"sleep 0.5; touch {flag}"]
+    out = run.run_with(["sh", "-c", "echo first; echo second >&2"], [other], timeout=30)
+    assert out.splitlines() == ["first", "second"]
+    assert flag.exists()  # the other half was waited for, not cut off
+
+
+def test_run_with_ends_the_job_as_soon_as_the_other_half_fails(tmp_path):
+    """The bench's hang in CI: the other host's torchrun failed and this host's waited for it
+    until the step's timeout. Now the failure ends the step at once, naming it, with its output."""
+    from byoc.bench import run
+
+    start = time.monotonic()
+    with pytest.raises(run.StepError) as exc:
+        run.run_with(["sleep", "60"], [["sh", "-c", "echo worker aborted; exit 134"]], timeout=60)
+    assert time.monotonic() - start < 30
+    assert "beside it, sh -c" in str(exc.value)
+    assert "exited 134" in str(exc.value) and "worker aborted" in str(exc.value)
+
+
+def test_run_with_kills_everything_it_started_and_shows_what_was_printed_on_timeout(tmp_path):
+    from byoc.bench import run
+
+    pids = tmp_path / "pids"
+    # A grandchild (like torchrun's worker) in the background, then a wait that never ends.
+    cmd = ["sh", "-c", f"sleep 300 & echo $! > {pids}; echo half-way; wait"]
+    with pytest.raises(run.StepError, match=r"(?s)ran past 1 s.*half-way"):
+        run.run_with(cmd, [], timeout=1)
+    grandchild = int(pids.read_text())
+    # Killed with its group: gone, or at most a zombie not yet reaped by its new parent.
+    state = Path(f"/proc/{grandchild}/stat")
+    assert not state.exists() or state.read_text().split(") ")[1].startswith("Z")
+
+
+def test_run_with_is_not_stalled_by_a_half_that_prints_more_than_a_pipe_holds():
+    from byoc.bench import run
+
+    chatty = ["python3", "-c", "import sys; sys.stdout.write('x' * (4 << 20))"]
+    assert run.run_with(["true"], [chatty], timeout=60) == ""

@@ -15,15 +15,18 @@ error and the run goes on. The other hosts are reached with `ssh HOST` (the clus
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import os
 import re
 import shlex
+import signal
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -46,23 +49,75 @@ class StepError(RuntimeError):
     pass
 
 
-def run(cmd: list[str], timeout: float, env: dict[str, str] | None = None) -> str:
-    """Run cmd to the end within timeout; its output, or StepError with the output's tail."""
-    try:
-        done = subprocess.run(
+def _tail(path: Path, limit: int = 1500) -> str:
+    with open(path, "rb") as f:
+        f.seek(max(0, f.seek(0, os.SEEK_END) - limit))
+        return f.read().decode(errors="replace")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Kill proc and everything it started (its own session: a torchrun agent's workers too)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # nothing left of it
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def _start(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    # Output to a file, not a pipe: nobody reads a pipe while we wait, and a full one stalls
+    # the writer.
+    with open(log, "wb") as out:
+        return subprocess.Popen(
             cmd,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
+            stdout=out,
+            stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})},
-            check=False,
+            start_new_session=True,
         )
-    except subprocess.TimeoutExpired as exc:
-        raise StepError(f"{shlex.join(cmd)[:200]} ran past {timeout:.0f} s") from exc
-    out = done.stdout + done.stderr
-    if done.returncode != 0:
-        raise StepError(f"{shlex.join(cmd)[:200]} exited {done.returncode}: {out[-1500:]}")
-    return out
+
+
+def run(cmd: list[str], timeout: float, env: dict[str, str] | None = None) -> str:
+    """Run cmd to the end within timeout; its output, or StepError with the output's tail
+    (what it printed before a timeout too)."""
+    return run_with(cmd, [], timeout, env)
+
+
+def run_with(
+    cmd: list[str], others: list[list[str]], timeout: float, env: dict[str, str] | None = None
+) -> str:
+    """Run cmd, and `others` beside it (the other hosts' halves of the same job), to the end
+    within timeout: cmd's output, or StepError naming the one that failed, with its output's
+    tail. One that fails ends them all at once: the rest would wait for it until the timeout."""
+    cmds = [cmd, *others]
+
+    def failure(i: int, code: int, log: Path) -> StepError:
+        what = shlex.join(cmd)[:200] if i == 0 else f"beside it, {shlex.join(cmds[i])[:200]}"
+        return StepError(f"{what} exited {code}: {_tail(log)}")
+
+    with tempfile.TemporaryDirectory(prefix="byoc-bench-") as tmp:
+        logs = [Path(tmp) / f"{i}.log" for i in range(len(cmds))]
+        procs: list[subprocess.Popen] = []
+        try:
+            procs.append(_start(cmd, logs[0], env))
+            procs += [_start(c, log) for c, log in zip(others, logs[1:], strict=True)]
+            deadline = time.monotonic() + timeout
+            while True:
+                codes = [p.poll() for p in procs]
+                bad = [i for i, code in enumerate(codes) if code not in (None, 0)]
+                if bad:
+                    raise failure(bad[0], codes[bad[0]], logs[bad[0]])
+                if None not in codes:
+                    return logs[0].read_text(errors="replace")
+                if time.monotonic() > deadline:
+                    tails = "".join(
+                        f"\n--- {'it' if i == 0 else shlex.join(cmds[i])[:80]}, last output:\n"
+                        f"{_tail(log, 800)}"
+                        for i, log in enumerate(logs)
+                    )
+                    raise StepError(f"{shlex.join(cmd)[:200]} ran past {timeout:.0f} s{tails}")
+                time.sleep(0.1)
+        finally:
+            for p in procs:
+                _stop(p)
 
 
 def ssh(host: str, command: str) -> list[str]:
@@ -133,26 +188,8 @@ def torchrun_everywhere(
             *module_args,
         ]  # fmt: skip
 
-    remote = [
-        subprocess.Popen(
-            ssh(h, f"cd /tmp && {shlex.join(command(i))}"),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for i, h in enumerate(hosts[1:], start=1)
-    ]
-    try:
-        out = run(command(0), timeout=timeout)
-        for p in remote:
-            rest, _ = p.communicate(timeout=60)
-            if p.returncode:
-                raise StepError(f"torchrun on another host exited {p.returncode}: {rest[-1500:]}")
-        return out
-    finally:
-        for p in remote:
-            if p.poll() is None:
-                p.kill()
+    others = [ssh(h, f"cd /tmp && {shlex.join(command(i))}") for i, h in enumerate(hosts[1:], 1)]
+    return run_with(command(0), others, timeout)
 
 
 def allreduce_runs(hosts, slots, gpus, sizes, repeats, out_dir: Path) -> list[tuple[str, list]]:
