@@ -10,6 +10,7 @@ same lines, which the container tests grep.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -155,13 +156,15 @@ def exit_after_success() -> NoReturn:
 
     Why: DDP keeps its process group, and with it the Gloo (or NCCL) worker threads, alive past
     destroy_process_group(). When such a thread drops the last reference to a tensor of a
-    finished collective while the interpreter is being torn down, it takes the GIL, Python 3.11
-    ends the thread, and the C++ unwind aborts the process ("terminate called without an active
-    exception", SIGABRT) after training succeeded: torchrun then reports the rank as failed and
-    the other agents wait out their exit barrier. It hit 3 of 40 two-node CPU runs here;
-    upstream: https://github.com/pytorch/pytorch/issues/190489. Nothing runs after this, so
-    everything that must reach the disk (checkpoints, the model) is written before.
+    finished collective while the interpreter is being torn down, it takes the GIL, Python (up
+    to 3.13) ends the thread, and the C++ unwind aborts the process ("terminate called without
+    an active exception", SIGABRT) after training succeeded: torchrun then reports the rank as
+    failed and the other agents wait out their exit barrier. It hit 3 of 40 two-node CPU runs
+    here; upstream: https://github.com/pytorch/pytorch/issues/190489. Nothing runs after this,
+    so everything that must reach the disk (checkpoints, the model) is written before.
     """
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        # A closed stream or a reader gone must not turn the finished run into a failure.
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            stream.flush()
     os._exit(0)

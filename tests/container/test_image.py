@@ -135,7 +135,10 @@ def test_ddp_example_ends_flushed_and_without_the_interpreter_teardown(container
         "import synthetic_task as task; atexit.register(print, 'teardown ran'); "
         "print('buffered', end=''); sys.stderr.write(' and err'); task.exit_after_success()"
     )
-    code, out = containers.run(["python", "-c", script], timeout=120)
+    # Without the image's PYTHONUNBUFFERED, so that stdout to a pipe is block-buffered.
+    code, out = containers.run(
+        ["env", "-u", "PYTHONUNBUFFERED", "python", "-c", script], timeout=120
+    )
     assert code == 0, out
     assert "buffered" in out and "and err" in out, out
     assert "teardown ran" not in out, out

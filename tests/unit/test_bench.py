@@ -651,18 +651,47 @@ def test_run_with_ends_the_job_as_soon_as_the_other_half_fails(tmp_path):
     assert "exited 134" in str(exc.value) and "worker aborted" in str(exc.value)
 
 
-def test_run_with_kills_everything_it_started_and_shows_what_was_printed_on_timeout(tmp_path):
+def _gone(pid: int, within: float = 10.0) -> bool:
+    """pid ended (or is a zombie waiting for its parent) within `within` seconds."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z"):
+                return True
+        except (OSError, IndexError):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_run_with_stops_what_it_started_and_shows_what_was_printed_on_timeout(tmp_path):
+    """A timeout shows the output so far and ends the whole group: a grandchild in the same
+    group, and, through SIGTERM first (torchrun stops its workers on it), one in a session of
+    its own as torchrun's workers are, which a SIGKILL to the group could not reach."""
     from byoc.bench import run
 
     pids = tmp_path / "pids"
-    # A grandchild (like torchrun's worker) in the background, then a wait that never ends.
-    cmd = ["sh", "-c", f"sleep 300 & echo $! > {pids}; echo half-way; wait"]
-    with pytest.raises(run.StepError, match=r"(?s)ran past 1 s.*half-way"):
-        run.run_with(cmd, [], timeout=1)
-    grandchild = int(pids.read_text())
-    # Killed with its group: gone, or at most a zombie not yet reaped by its new parent.
-    state = Path(f"/proc/{grandchild}/stat")
-    assert not state.exists() or state.read_text().split(") ")[1].startswith("Z")
+    script = (
+        f"sleep 300 & echo $! > {pids}; setsid sleep 301 & worker=$!; echo $worker >> {pids}; "
+        'trap "kill $worker; exit 143" TERM; echo half-way; wait'
+    )
+    with pytest.raises(run.StepError, match=r"(?s)ran past 3 s.*half-way"):
+        run.run_with(["sh", "-c", script], [], timeout=3)
+    same_group, own_session = (int(x) for x in pids.read_text().split())
+    assert _gone(same_group), "a process of the group outlived the step"
+    assert _gone(own_session), "a worker in a session of its own outlived the step"
+
+
+def test_run_with_reports_every_halfs_output_when_one_fails():
+    from byoc.bench import run
+
+    with pytest.raises(run.StepError) as exc:
+        run.run_with(
+            ["sh", "-c", "echo local traceback; sleep 60"],
+            [["sh", "-c", "sleep 1; echo peer gone; exit 1"]],
+            timeout=60,
+        )
+    assert "peer gone" in str(exc.value) and "local traceback" in str(exc.value)
 
 
 def test_run_with_is_not_stalled_by_a_half_that_prints_more_than_a_pipe_holds():

@@ -55,10 +55,33 @@ def _tail(path: Path, limit: int = 1500) -> str:
         return f.read().decode(errors="replace")
 
 
+# Seconds a process group has to end after SIGTERM before SIGKILL. torchrun, on SIGTERM, stops
+# its workers itself: they run in sessions of their own, where a signal to its group cannot reach.
+GRACE_S = 15
+
+
+def _exit_code(proc: subprocess.Popen) -> int | None:
+    """proc's exit code (-N: killed by signal N) once it has ended, else None, without reaping
+    it: until _stop reaps it, its pid, and so its group's id, cannot pass to another process."""
+    info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    if info is None:
+        return None
+    return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
+
+
 def _stop(proc: subprocess.Popen) -> None:
-    """Kill proc and everything it started (its own session: a torchrun agent's workers too)."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):  # nothing left of it
-        os.killpg(proc.pid, signal.SIGKILL)
+    """End proc's process group (SIGTERM, then SIGKILL after GRACE_S) and reap proc."""
+
+    def signal_group(sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):  # nothing left of it
+            os.killpg(proc.pid, sig)
+
+    if _exit_code(proc) is None:
+        signal_group(signal.SIGTERM)
+        deadline = time.monotonic() + GRACE_S
+        while _exit_code(proc) is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+    signal_group(signal.SIGKILL)  # what is left of the group, the leader's zombie included
     proc.wait()
 
 
@@ -68,6 +91,7 @@ def _start(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> subp
     with open(log, "wb") as out:
         return subprocess.Popen(
             cmd,
+            stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})},
@@ -84,36 +108,40 @@ def run(cmd: list[str], timeout: float, env: dict[str, str] | None = None) -> st
 def run_with(
     cmd: list[str], others: list[list[str]], timeout: float, env: dict[str, str] | None = None
 ) -> str:
-    """Run cmd, and `others` beside it (the other hosts' halves of the same job), to the end
-    within timeout: cmd's output, or StepError naming the one that failed, with its output's
-    tail. One that fails ends them all at once: the rest would wait for it until the timeout."""
+    """Run cmd, and `others` beside it (the other hosts' halves of the same job), each with env
+    added to this environment, to the end within timeout: cmd's output, or StepError naming the
+    one that failed first or the timeout, with what each printed last. One that fails ends them
+    all at once: the rest would wait for it until the timeout."""
     cmds = [cmd, *others]
 
-    def failure(i: int, code: int, log: Path) -> StepError:
-        what = shlex.join(cmd)[:200] if i == 0 else f"beside it, {shlex.join(cmds[i])[:200]}"
-        return StepError(f"{what} exited {code}: {_tail(log)}")
+    def name(i: int) -> str:
+        return shlex.join(cmd)[:200] if i == 0 else f"beside it, {shlex.join(cmds[i])[:200]}"
+
+    def tails(logs: list[Path], first: int) -> str:
+        order = [first] + [i for i in range(len(logs)) if i != first]
+        return "".join(
+            f"\n--- {'it' if i == 0 else shlex.join(cmds[i])[:80]}, last output:\n"
+            f"{_tail(logs[i], 1500 if i == first else 800)}"
+            for i in order
+        )
 
     with tempfile.TemporaryDirectory(prefix="byoc-bench-") as tmp:
         logs = [Path(tmp) / f"{i}.log" for i in range(len(cmds))]
         procs: list[subprocess.Popen] = []
         try:
-            procs.append(_start(cmd, logs[0], env))
-            procs += [_start(c, log) for c, log in zip(others, logs[1:], strict=True)]
+            for c, log in zip(cmds, logs, strict=True):
+                procs.append(_start(c, log, env))  # one by one: a failed start leaves none
             deadline = time.monotonic() + timeout
             while True:
-                codes = [p.poll() for p in procs]
+                codes = [_exit_code(p) for p in procs]
                 bad = [i for i, code in enumerate(codes) if code not in (None, 0)]
                 if bad:
-                    raise failure(bad[0], codes[bad[0]], logs[bad[0]])
+                    i = bad[0]
+                    raise StepError(f"{name(i)} exited {codes[i]}{tails(logs, i)}")
                 if None not in codes:
                     return logs[0].read_text(errors="replace")
                 if time.monotonic() > deadline:
-                    tails = "".join(
-                        f"\n--- {'it' if i == 0 else shlex.join(cmds[i])[:80]}, last output:\n"
-                        f"{_tail(log, 800)}"
-                        for i, log in enumerate(logs)
-                    )
-                    raise StepError(f"{shlex.join(cmd)[:200]} ran past {timeout:.0f} s{tails}")
+                    raise StepError(f"{name(0)} ran past {timeout:.0f} s{tails(logs, 0)}")
                 time.sleep(0.1)
         finally:
             for p in procs:
@@ -188,7 +216,13 @@ def torchrun_everywhere(
             *module_args,
         ]  # fmt: skip
 
-    others = [ssh(h, f"cd /tmp && {shlex.join(command(i))}") for i, h in enumerate(hosts[1:], 1)]
+    # Bounded there too: a killed ssh client leaves the command it started running. timeout's
+    # SIGTERM lets torchrun stop its workers.
+    limit = f"timeout -k 10 {timeout + 30:.0f}"
+    others = [
+        ssh(h, f"cd /tmp && exec {limit} {shlex.join(command(i))}")
+        for i, h in enumerate(hosts[1:], start=1)
+    ]
     return run_with(command(0), others, timeout)
 
 
@@ -311,6 +345,12 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--sizes: {exc}")
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
+
+    def leave(signum: int, _frame) -> None:
+        raise SystemExit(128 + signum)  # so that every step's `finally` stops what it started
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, leave)
     gpus = count_gpus()
     slots = args.slots
     results: dict = {
