@@ -67,6 +67,9 @@ compose() {
     "${COMPOSE[@]}" -p "$PROJECT" "${files[@]}" "$@"
 }
 
+# The host port node0's container port $1 is published on.
+node0_port() { compose port node0 "$1" | sed 's/.*://'; }
+
 running_nodes() {
     "$DOCKER" ps -aq --filter "label=com.docker.compose.project=$PROJECT" | wc -l
 }
@@ -208,9 +211,9 @@ up() {
     done
     local ssh_port jupyter_port tensorboard_port hosts=""
     for ((i = 0; i < nodes; i++)); do hosts+="${hosts:+,}node$i:$CLUSTER_SLOTS"; done
-    ssh_port=$(compose port node0 22 | sed 's/.*://')
-    jupyter_port=$(compose port node0 8888 | sed 's/.*://')
-    tensorboard_port=$(compose port node0 6006 | sed 's/.*://')
+    ssh_port=$(node0_port 22)
+    jupyter_port=$(node0_port 8888)
+    tensorboard_port=$(node0_port 6006)
     say "$nodes node(s) up in $((SECONDS - start)) s; /workspace on every node is $CLUSTER_WORKSPACE"
     cat >&2 <<EOF
   shell on node0:  scripts/cluster.sh shell

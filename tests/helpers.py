@@ -6,6 +6,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -29,6 +30,14 @@ def wait_until(
     raise TimeoutError(
         f"{what} not met within {timeout} s" + (f": {last_exc!r}" if last_exc else "")
     )
+
+
+def ended(pid: int) -> bool:
+    """pid has exited: gone, or a zombie its parent has not reaped yet."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
 
 
 def wait_all(started: dict, timeout: float) -> dict:

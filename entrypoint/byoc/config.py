@@ -168,6 +168,7 @@ def read_hyperparameters(path: Path) -> dict[str, Any]:
     if len(data) > MAX_HYPERPARAMETERS:
         raise ConfigError(f"{path}: at most {MAX_HYPERPARAMETERS} hyperparameters, not {len(data)}")
     seen: dict[str, str] = {}
+    decoded: dict[str, Any] = {}
     for key, value in data.items():
         _check_text(path, "a hyperparameter name", key, MAX_HP_KEY)
         # SageMaker sends strings; a local tool may write plain JSON values, which count as
@@ -175,17 +176,16 @@ def read_hyperparameters(path: Path) -> dict[str, Any]:
         text = value if isinstance(value, str) else json.dumps(value)
         if text:
             _check_text(path, key, text, MAX_HP_VALUE)
+        decoded[key] = plain = decode_hyperparameter(value)
+        # The SDK's JSON-in-JSON ('"a\\u0000b"') shows its control characters only decoded; a
+        # decoded string goes to the script's argv and SM_HP_* as is (other values as JSON).
+        if isinstance(plain, str) and plain and plain != text:
+            _check_text(path, key, plain, MAX_HP_VALUE)
         other = seen.setdefault(env_key(key), key)
         if other != key:
             raise ConfigError(
                 f"{path}: {key}: collides with {other!r} (both are SM_HP_{env_key(key)})"
             )
-    decoded = {k: decode_hyperparameter(v) for k, v in data.items()}
-    for key, value in decoded.items():
-        # The SDK's JSON-in-JSON ('"a\\u0000b"') shows its control characters only now; a
-        # decoded string goes to the script's argv and SM_HP_* as is (other values as JSON).
-        if isinstance(value, str) and value:
-            _check_text(path, key, value, MAX_HP_VALUE)
     return decoded
 
 

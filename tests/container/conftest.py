@@ -33,6 +33,11 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.container)
 
 
+def logs(container) -> str:
+    """A container's output so far, as text."""
+    return container.logs().decode(errors="replace")
+
+
 def host_port(container, port: str) -> int:
     """The host port the engine published container's port ("8888/tcp") on, once it has."""
 

@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from tests.container.conftest import host_port
+from tests.container.conftest import host_port, logs
 from tests.helpers import wait_until
 
 paramiko = pytest.importorskip("paramiko", reason="paramiko is not installed (make test does)")
@@ -29,10 +29,6 @@ def api_status(port: int, token: str | None) -> int:
             return response.status
     except urllib.error.HTTPError as exc:
         return exc.code
-
-
-def logs(container) -> str:
-    return container.logs().decode(errors="replace")
 
 
 def new_key() -> tuple[paramiko.PKey, str]:

@@ -21,16 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.container.conftest import Containers, host_port
+from tests.container.conftest import Containers, host_port, logs
 from tests.helpers import wait_until
 
 NOTEBOOK = "getting-started.ipynb"
 TOKEN = "notebook-test-token-0123456789"
 LOOPBACK = {"8888/tcp": ("127.0.0.1", None), "6006/tcp": ("127.0.0.1", None)}
-
-
-def logs(c) -> str:
-    return c.logs().decode(errors="replace")
 
 
 def http_get(url: str) -> tuple[int, bytes]:

@@ -17,6 +17,7 @@ import pytest
 from byoc.data.framing import recordio_frame
 
 from tests import helpers
+from tests.container.conftest import logs
 from tests.helpers import wait_until
 from tests.pipe_fake import FakePipe
 
@@ -95,10 +96,6 @@ def job(client, containers, tmp_path):
         with contextlib.suppress(Exception):  # may be gone already
             c.remove(force=True)
     network.remove()
-
-
-def logs(c) -> str:
-    return c.logs().decode(errors="replace")
 
 
 def check_ranks(out: str) -> None:

@@ -7,10 +7,11 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from byoc.bench import allreduce, pipe, plot, stats
+
+from tests.helpers import ended, wait_until
 
 K, M = 1 << 10, 1 << 20
 
@@ -638,7 +639,7 @@ def test_run_with_returns_the_output_once_every_half_of_the_job_has_finished(tmp
     assert flag.exists()  # the other half was waited for, not cut off
 
 
-def test_run_with_ends_the_job_as_soon_as_the_other_half_fails(tmp_path):
+def test_run_with_ends_the_job_as_soon_as_the_other_half_fails():
     """The bench's hang in CI: the other host's torchrun failed and this host's waited for it
     until the step's timeout. Now the failure ends the step at once, naming it, with its output."""
     from byoc.bench import run
@@ -649,19 +650,6 @@ def test_run_with_ends_the_job_as_soon_as_the_other_half_fails(tmp_path):
     assert time.monotonic() - start < 30
     assert "beside it, sh -c" in str(exc.value)
     assert "exited 134" in str(exc.value) and "worker aborted" in str(exc.value)
-
-
-def _gone(pid: int, within: float = 10.0) -> bool:
-    """pid ended (or is a zombie waiting for its parent) within `within` seconds."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        try:
-            if Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z"):
-                return True
-        except (OSError, IndexError):
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_run_with_stops_what_it_started_and_shows_what_was_printed_on_timeout(tmp_path):
@@ -678,8 +666,8 @@ def test_run_with_stops_what_it_started_and_shows_what_was_printed_on_timeout(tm
     with pytest.raises(run.StepError, match=r"(?s)ran past 3 s.*half-way"):
         run.run_with(["sh", "-c", script], [], timeout=3)
     same_group, own_session = (int(x) for x in pids.read_text().split())
-    assert _gone(same_group), "a process of the group outlived the step"
-    assert _gone(own_session), "a worker in a session of its own outlived the step"
+    wait_until(lambda: ended(same_group), 10, what="the end of a process of the group")
+    wait_until(lambda: ended(own_session), 10, what="the end of a worker in its own session")
 
 
 def test_run_with_reports_every_halfs_output_when_one_fails():

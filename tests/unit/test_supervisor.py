@@ -12,7 +12,7 @@ import time
 import pytest
 from byoc import init, supervisor
 
-from tests.helpers import wait_until
+from tests.helpers import ended, wait_until
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -99,14 +99,7 @@ def test_sigterm_reaches_grandchildren(tmp_path):
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=10) == 128 + signal.SIGTERM
 
-    def gone() -> bool:
-        try:
-            state = pathlib.Path(f"/proc/{grandchild}/stat").read_text().split()[2]
-        except FileNotFoundError:
-            return True
-        return state == "Z"
-
-    wait_until(gone, timeout=10, what="grandchild ended")
+    wait_until(lambda: ended(grandchild), timeout=10, what="grandchild ended")
 
 
 def test_orphans_are_reaped(tmp_path):

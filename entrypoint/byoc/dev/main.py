@@ -23,6 +23,11 @@ def _venv_bin(name: str) -> str:
     return os.path.join(os.path.dirname(sys.executable), name)
 
 
+def lab_path(open_path: str | None) -> str:
+    """JupyterLab's URL path that opens open_path, or the Lab itself."""
+    return f"/lab/tree/{open_path}" if open_path else "/lab"
+
+
 def jupyter_command(cfg: DevConfig, open_path: str | None = None) -> list[str]:
     """JupyterLab's command line; open_path (relative to the root) is what `/` opens."""
     cmd = [
@@ -39,7 +44,7 @@ def jupyter_command(cfg: DevConfig, open_path: str | None = None) -> list[str]:
         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
     ]
     if open_path:
-        cmd.append(f"--LabApp.default_url=/lab/tree/{open_path}")
+        cmd.append(f"--LabApp.default_url={lab_path(open_path)}")
     if cfg.root:
         cmd.append("--allow-root")
     return cmd
@@ -48,7 +53,7 @@ def jupyter_command(cfg: DevConfig, open_path: str | None = None) -> list[str]:
 def tensorboard_command(cfg: DevConfig) -> list[str]:
     return [
         _venv_bin("tensorboard"),
-        f"--logdir={cfg.notebook_dir / C.TENSORBOARD_LOGDIR}",
+        f"--logdir={cfg.tensorboard_logdir}",
         "--host=0.0.0.0",
         f"--port={cfg.tensorboard_port}",
         # The Python reader: the data server's "experimental" path prints a notice each start.
@@ -98,7 +103,7 @@ def start_jupyter(cfg: DevConfig, home: Path, env: dict[str, str], services: Ser
         cwd=str(cfg.notebook_dir),
         **popen_kw,
     )
-    path = f"/lab/tree/{open_path}" if open_path else "/lab"
+    path = lab_path(open_path)
     query = f"?token={cfg.token}" if cfg.token_generated else ""
     origin = "generated for this start" if cfg.token_generated else C.JUPYTER_TOKEN_ENV
     port = cfg.jupyter_port
@@ -127,7 +132,7 @@ def start_tensorboard(cfg: DevConfig, home: Path, env: dict[str, str], services:
     )
     _say(
         f"TensorBoard on port {cfg.tensorboard_port}, logs from "
-        f"{cfg.notebook_dir / C.TENSORBOARD_LOGDIR}: http://127.0.0.1:{cfg.tensorboard_port}/ "
+        f"{cfg.tensorboard_logdir}: http://127.0.0.1:{cfg.tensorboard_port}/ "
         "(no login: publish it on loopback only)"
     )
 

@@ -43,6 +43,10 @@ class DevConfig:
     def root(self) -> bool:
         return self.user == "root"
 
+    @property
+    def tensorboard_logdir(self) -> Path:
+        return self.notebook_dir / C.TENSORBOARD_LOGDIR
+
 
 def load(env: dict[str, str]) -> DevConfig:
     """The development-mode settings from the environment; DevError says what is wrong."""
@@ -83,19 +87,14 @@ def _load(env: dict[str, str]) -> DevConfig:
     # TensorBoard has no login: it comes with Jupyter (whose port one publishes) unless asked.
     tensorboard = byoc_settings.flag(env, C.TENSORBOARD_ENABLED_ENV, jupyter)
     tensorboard_port = byoc_settings.port(env, C.TENSORBOARD_PORT_ENV, C.DEFAULT_TENSORBOARD_PORT)
-    ports = [
-        (name, number)
-        for name, number, on in (
-            (C.JUPYTER_PORT_ENV, jupyter_port, jupyter),
-            (C.DEV_SSH_PORT_ENV, ssh_port, sshd),
-            (C.TENSORBOARD_PORT_ENV, tensorboard_port, tensorboard),
-        )
-        if on
-    ]
-    for i, (name, number) in enumerate(ports):
-        for other, other_number in ports[i + 1 :]:
-            if number == other_number:
-                raise DevError(f"{name} and {other} are both {number}")
+    taken: dict[int, str] = {}
+    for name, number, on in (
+        (C.JUPYTER_PORT_ENV, jupyter_port, jupyter),
+        (C.DEV_SSH_PORT_ENV, ssh_port, sshd),
+        (C.TENSORBOARD_PORT_ENV, tensorboard_port, tensorboard),
+    ):
+        if on and (other := taken.setdefault(number, name)) != name:
+            raise DevError(f"{other} and {name} are both {number}")
     peers = tuple(p for p in re.split(r"[\s,]+", env.get(C.SSH_PEERS_ENV, "")) if p)
     for p in peers:
         if not _PEER_RE.match(p):

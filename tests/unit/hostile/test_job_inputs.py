@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import wait_until
+from tests.helpers import ended, wait_until
 
 ROOT = Path(__file__).resolve().parents[3]
 OURS = [Path("/etc/ssh/ssh_config.d/00-byoc-job.conf"), Path("/run/byoc")]
@@ -417,11 +417,4 @@ def test_sigterm_ends_the_job_with_the_failure_file_and_leaves_nothing_running(t
     assert proc.returncode == 143, out
     assert (ml / "output" / "failure").read_text().startswith("Stopped by SIGTERM")
     assert "Traceback" not in out
-    wait_until(lambda: not Path(f"/proc/{child}").exists() or _zombie(child), 30, what="gone")
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
+    wait_until(lambda: ended(child), 30, what="gone")
