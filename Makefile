@@ -97,8 +97,7 @@ smoke: engine ## The main job (make local-train), short, with each launcher, on 
 	$(MAKE) --no-print-directory local-train TAG=cpu LAUNCHER=horovod LOCAL_TRAIN_ARGS="$(SMOKE_ARGS)"
 	$(MAKE) --no-print-directory local-train TAG=cpu LAUNCHER=torchrun LOCAL_TRAIN_ARGS="$(SMOKE_ARGS)"
 
-# A cold CI run on 2 cores: 2962 s (2026-12-05: cpu build 436 s, container tests 1137 s, the gpu
-# stand-in built cold 605 s, Horovod's suites 581 s; docs/tests.md); 60 min are allowed.
+# How long a cold CI run of this takes on 2 cores: docs/tests.md (60 min are allowed).
 test: lint test-unit test-container smoke test-gpu-flavor test-horovod ## Lint, unit, container tests, the main job's smoke, the gpu flavor on stand-ins, Horovod's own suites
 
 STANDIN ?= pytorch-horovod-standin

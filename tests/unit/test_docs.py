@@ -4,6 +4,7 @@ link in them (and its #anchor) points at something that exists."""
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 from urllib.parse import unquote
@@ -36,7 +37,8 @@ def without_code(text: str) -> list[tuple[int, str]]:
     return lines
 
 
-DOCS_TEXT = "\n".join(p.read_text() for p in PAGES)
+TEXTS = {p: p.read_text() for p in PAGES}  # read once: every test below looks at them
+DOCS_TEXT = "\n".join(TEXTS.values())
 
 
 def documented(word: str, *, prefix: bool = False) -> bool:
@@ -158,10 +160,11 @@ def slug(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
 
 
+@functools.cache  # a page's headings, once however many links point at it
 def anchors(path: Path) -> set[str]:
     seen: dict[str, int] = {}
     found = set()
-    for _, line in without_code(path.read_text()):
+    for _, line in without_code(TEXTS.get(path) or path.read_text()):
         heading = re.match(r"^#{1,6}\s+(.*?)\s*#*\s*$", line)
         if not heading:
             continue
@@ -174,7 +177,7 @@ def anchors(path: Path) -> set[str]:
 
 def links(path: Path) -> list[tuple[int, str]]:
     found = []
-    for number, raw in without_code(path.read_text()):
+    for number, raw in without_code(TEXTS[path]):
         line = re.sub(r"`[^`]*`", "", raw)  # inline code is no link
         found += [(number, target) for target in INLINE_LINK.findall(line)]
         ref = REFERENCE_LINK.match(line)
