@@ -304,6 +304,15 @@ RUN --mount=type=bind,from=entrypoint-wheel,source=/wheels-own,target=/wheels-ow
 # distribution the runtime holds, the sources built from verified tarballs with their patches,
 # the base images.
 FROM builder AS sbom
+# CycloneDX's library first, in a layer of its own: the runtime's files change with every build,
+# these pins seldom.
+COPY docker/requirements-sbom.txt /usr/local/lib/byoc-build/
+RUN --mount=type=cache,target=/root/.cache/pip \
+    --mount=type=secret,id=ca \
+    --mount=type=bind,source=.wheelhouse,target=/wheelhouse \
+    . /usr/local/lib/byoc-build/pip-env.sh \
+ && python3 -m venv /opt/sbom \
+ && /opt/sbom/bin/pip install --require-hashes -r /usr/local/lib/byoc-build/requirements-sbom.txt
 ARG BUILDER_IMAGE
 ARG RUNTIME_IMAGE
 ARG FLAVOR
@@ -321,15 +330,9 @@ ARG LIBFABRIC_SHA256
 ARG AWS_OFI_NCCL_VERSION
 ARG AWS_OFI_NCCL_URL
 ARG AWS_OFI_NCCL_SHA256
-COPY docker/requirements-sbom.txt docker/build/write_sbom.py /usr/local/lib/byoc-build/
-RUN --mount=type=cache,target=/root/.cache/pip \
-    --mount=type=secret,id=ca \
-    --mount=type=bind,source=.wheelhouse,target=/wheelhouse \
-    --mount=type=bind,from=runtime-files,target=/rootfs \
-    . /usr/local/lib/byoc-build/pip-env.sh \
- && python3 -m venv /opt/sbom \
- && /opt/sbom/bin/pip install --require-hashes -r /usr/local/lib/byoc-build/requirements-sbom.txt \
- && /opt/sbom/bin/python /usr/local/lib/byoc-build/write_sbom.py --rootfs /rootfs \
+COPY docker/build/write_sbom.py docker/build/fetch_verified.py /usr/local/lib/byoc-build/
+RUN --mount=type=bind,from=runtime-files,target=/rootfs \
+    /opt/sbom/bin/python /usr/local/lib/byoc-build/write_sbom.py --rootfs /rootfs \
         --patches /usr/local/lib/byoc-build/patches --out /sbom.cdx.json
 
 # ---------------------------------------------------------------------------------------------

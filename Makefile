@@ -67,7 +67,7 @@ $(DEV_STAMP): requirements-dev.txt tests/requirements-sdk.txt
 	touch $@
 
 sbom: $(DEV_STAMP) engine ## The SBOM of $(IMAGE):$(TAG) (CycloneDX, made at build time in the image), checked, into build/sbom/
-	$(PY) scripts/sbom.py --image $(IMAGE):$(TAG) --docker $(DOCKER)
+	$(PY) scripts/sbom.py --image $(IMAGE):$(TAG)
 
 lock: $(DEV_STAMP) ## Regenerate the hash-locked docker/requirements*.txt from their .in files (uv; needs PyPI)
 	@scripts/lock.sh

@@ -11,12 +11,13 @@ import argparse
 import collections
 import json
 import re
-import subprocess
 import sys
 from pathlib import Path
 
+from byoc_aws import limits
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
+from local_train import Docker, Refused
 
 LABEL = "io.github.pytorch-horovod.sbom"
 
@@ -34,27 +35,27 @@ def origin(component: dict) -> str:
     return component["type"]
 
 
-def docker(docker_bin: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([docker_bin, *args], capture_output=True, text=True, check=False)
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--image", required=True, help="a built image, e.g. pytorch-horovod:cpu")
     p.add_argument("--out", type=Path, help="default: build/sbom/<image>_<tag>.cdx.json")
-    p.add_argument("--docker", default="docker")
     args = p.parse_args(argv)
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/:@-]{0,255}", args.image):
-        return fail(f"--image {args.image!r} is not an image reference")
-    inspect = docker(
-        args.docker, "image", "inspect", "--format", "{{json .Config.Labels}}", args.image
+    problem = limits.image_problem(args.image)
+    if problem:
+        return fail(f"--image {args.image!r} {problem}")
+    try:
+        docker = Docker()  # $DOCKER, as make passes it ('sudo docker' works)
+    except Refused as exc:
+        return fail(str(exc))
+    inspect = docker.run(
+        "image", "inspect", "--format", "{{json .Config.Labels}}", args.image, check=False
     )
     if inspect.returncode != 0:
         return fail(f"no image {args.image}: {inspect.stderr.strip()} (make build first)")
     path = (json.loads(inspect.stdout) or {}).get(LABEL)
     if not path:
         return fail(f"{args.image} has no {LABEL} label: built before the SBOM was (rebuild it)")
-    read = docker(args.docker, "run", "--rm", "--entrypoint", "cat", args.image, path)
+    read = docker.run("run", "--rm", "--entrypoint", "cat", args.image, path, check=False)
     if read.returncode != 0:
         return fail(f"{args.image}: cannot read {path}: {read.stderr.strip()}")
     error = JsonStrictValidator(SchemaVersion.V1_6).validate_str(read.stdout)
@@ -64,13 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(read.stdout)
     bom = json.loads(read.stdout)
-    kinds = collections.Counter(
-        next(
-            (q["value"] for q in c.get("properties", []) if q["name"].endswith(":origin")),
-            c["type"],
-        )
-        for c in bom["components"]
-    )
+    kinds = collections.Counter(origin(c) for c in bom["components"])
     summary = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
     print(f"sbom: {out}: CycloneDX {bom['specVersion']}, valid; {summary}")
     return 0

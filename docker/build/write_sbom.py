@@ -15,7 +15,7 @@ which holds the library; the runtime gets the document only (docs/building.md, "
 from __future__ import annotations
 
 import argparse
-import hashlib
+import collections
 import importlib.metadata
 import json
 import os
@@ -41,17 +41,10 @@ from cyclonedx.model.component import (
     Pedigree,
 )
 from cyclonedx.output.json import JsonV1Dot6
+from fetch_verified import sha256  # beside this file, in the image too
 from packageurl import PackageURL
 
 PROPERTY = "io.github.pytorch-horovod"
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def os_release(rootfs: Path) -> dict[str, str]:
@@ -178,28 +171,27 @@ def not_built(rootfs: Path, directory: str) -> str | None:
     return marker.read_text().strip() or "not built"
 
 
-def sources(env: dict[str, str], rootfs: Path, patch_dir: Path) -> list[Component]:
-    def arg(name: str) -> str:
-        value = env.get(name, "")
-        if not value:
-            raise SystemExit(f"sbom: build argument {name} is not set in this stage")
-        return value
+def arg(env: dict[str, str], name: str) -> str:
+    """A build argument the Dockerfile declares in this stage; its absence stops the build."""
+    value = env.get(name, "")
+    if not value:
+        raise SystemExit(f"sbom: build argument {name} is not set in this stage")
+    return value
 
-    hv, sv = arg("HOROVOD_VERSION"), arg("SMDEBUG_VERSION")
-    found = [
-        source_component(
-            "horovod", hv, f"https://pypi.org/project/horovod/{hv}/#files",
-            arg("HOROVOD_SHA256"), built=None, patch_dir=patch_dir,
-            patch_prefix=f"horovod-{hv}", purl=PackageURL(type="pypi", name="horovod", version=hv,
-                                                          qualifiers={"type": "sdist"}),
-        ),
-        source_component(
-            "smdebug", sv, f"https://pypi.org/project/smdebug/{sv}/#files",
-            arg("SMDEBUG_SHA256"), built=None, patch_dir=patch_dir,
-            patch_prefix=f"smdebug-{sv}", purl=PackageURL(type="pypi", name="smdebug", version=sv,
-                                                          qualifiers={"type": "sdist"}),
-        ),
-    ]  # fmt: skip
+
+def sources(env: dict[str, str], rootfs: Path, patch_dir: Path) -> list[Component]:
+    found = []
+    for name, prefix in (("horovod", "HOROVOD"), ("smdebug", "SMDEBUG")):  # PyPI sdists
+        version = arg(env, f"{prefix}_VERSION")
+        found.append(
+            source_component(
+                name, version, f"https://pypi.org/project/{name}/{version}/#files",
+                arg(env, f"{prefix}_SHA256"), built=None, patch_dir=patch_dir,
+                patch_prefix=f"{name}-{version}",
+                purl=PackageURL(type="pypi", name=name, version=version,
+                                qualifiers={"type": "sdist"}),
+            )
+        )  # fmt: skip
     for name, prefix, directory in (
         ("nccl-tests", "NCCL_TESTS", "/opt/nccl-tests"),
         ("libfabric", "LIBFABRIC", "/opt/amazon/efa"),
@@ -207,8 +199,9 @@ def sources(env: dict[str, str], rootfs: Path, patch_dir: Path) -> list[Componen
     ):
         found.append(
             source_component(
-                name, arg(f"{prefix}_VERSION"), arg(f"{prefix}_URL"), arg(f"{prefix}_SHA256"),
-                built=not_built(rootfs, directory), patch_dir=patch_dir,
+                name, arg(env, f"{prefix}_VERSION"), arg(env, f"{prefix}_URL"),
+                arg(env, f"{prefix}_SHA256"), built=not_built(rootfs, directory),
+                patch_dir=patch_dir,
             )
         )  # fmt: skip
     return found
@@ -217,9 +210,7 @@ def sources(env: dict[str, str], rootfs: Path, patch_dir: Path) -> list[Componen
 def base_images(env: dict[str, str]) -> list[Component]:
     images = []
     for role in ("BUILDER_IMAGE", "RUNTIME_IMAGE"):
-        ref = env.get(role, "")
-        if not ref:
-            raise SystemExit(f"sbom: build argument {role} is not set in this stage")
+        ref = arg(env, role)
         images.append(
             Component(
                 type=ComponentType.CONTAINER,
@@ -272,11 +263,11 @@ def main(argv: list[str] | None = None) -> int:
     text = JsonV1Dot6(bom).output_as_string(indent=1)
     json.loads(text)  # well-formed, or fail the build here
     args.out.write_text(text + "\n")
-    kinds: dict[str, int] = {}
-    for c in bom.components:
-        origin = next((q.value for q in c.properties if q.name.endswith(":origin")), "image")
-        kinds[origin] = kinds.get(origin, 0) + 1
-    print(f"sbom: {args.out}: {kinds}", file=sys.stderr)
+    kinds = collections.Counter(
+        next((q.value for q in c.properties if q.name.endswith(":origin")), "image")
+        for c in bom.components
+    )
+    print(f"sbom: {args.out}: {dict(kinds)}", file=sys.stderr)
     return 0
 
 
