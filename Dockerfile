@@ -12,15 +12,15 @@
 # BuildKit is required (cache, secret and bind mounts). No "# syntax=" line: the frontend built
 # into Docker 20.10 must parse this file when no frontend image can be pulled.
 
-ARG CUDA_VERSION=13.0.2
+ARG CUDA_VERSION=13.2.1
 ARG BASE_OS=ubuntu24.04
 ARG BUILDER_IMAGE=nvidia/cuda:${CUDA_VERSION}-cudnn-devel-${BASE_OS}
 ARG RUNTIME_IMAGE=nvidia/cuda:${CUDA_VERSION}-base-${BASE_OS}
 # PyTorch: a matching pair (TORCHVISION_VERSION empty: no torchvision). TORCH_INDEX_URL empty:
 # PyPI (a CUDA 13 build); e.g. https://download.pytorch.org/whl/cpu for a small CPU-only torch in
 # the cpu flavor.
-ARG TORCH_VERSION=2.14.1
-ARG TORCHVISION_VERSION=0.29.1
+ARG TORCH_VERSION=2.15.0
+ARG TORCHVISION_VERSION=0.29.2
 ARG TORCH_INDEX_URL=
 # Horovod from the PyPI sdist, verified by sha256. GPU operations: NCCL (gpu), empty (cpu).
 # CUDA_ARCHS: the SageMaker GPU families CUDA 13 covers (A100 p4d 80, A10G g5 86, L4 g6 89,
@@ -35,7 +35,7 @@ ARG HOROVOD_GPU_OPERATIONS=NCCL
 ARG CUDA_ARCHS=80,86,89,90,100,120
 # NVIDIA's toolkit wheels give horovod/torch's CMake the headers and cudart it asks for when
 # torch is a CUDA build but the base has no toolkit (the cpu flavor with PyPI's torch).
-ARG CUDA_TOOLKIT_WHEELS=cuda-toolkit[nvcc,cccl,cudart,crt,nvvm]==13.0.3
+ARG CUDA_TOOLKIT_WHEELS=cuda-toolkit[nvcc,cccl,cudart,crt,nvvm]==13.2.2
 ARG SMDEBUG_VERSION=1.0.34
 ARG SMDEBUG_SHA256=cf468938aa8e502888060b1508b7c78220074da23cd6c9e663e939057784b3f8
 # nccl-tests from its release tarball, verified by sha256. NCCL_TESTS: auto (build it when the
@@ -82,6 +82,13 @@ RUN rm -f /etc/apt/sources.list.d/cuda*.list \
         procps \
         python3 \
         python3-venv \
+        # What PyTorch compiles with at run time (docs/pytorch.md, "Compilers in the runtime"):
+        # torch.compile's C++ backend and torch.utils.cpp_extension call g++ (which brings gcc,
+        # the libc headers and OpenMP's omp.h); inductor's generated code and Triton's launcher
+        # (compiled with gcc the first time a GPU kernel runs) include Python.h. ninja, which
+        # cpp_extension drives, is a locked wheel (docker/requirements.in).
+        g++ \
+        python3-dev \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb \
  # Host keys are made at container start, never baked into a layer.
  && rm -f /etc/ssh/ssh_host_*
@@ -243,7 +250,8 @@ RUN --mount=type=cache,target=/root/.cache/pip \
  && python3 -m venv "${VENV}" \
  && pip install ${TORCH_INDEX_URL:+--index-url "${TORCH_INDEX_URL}"} \
         "torch==${TORCH_VERSION}" ${TORCHVISION_VERSION:+"torchvision==${TORCHVISION_VERSION}"}
-# Horovod and the SageMaker libraries, from the wheels the builder made: no compiler, no index.
+# Horovod and the SageMaker libraries, from the wheels the builder made: nothing compiled here,
+# no index.
 # The lock's pins without its hashes: the builder checked what it fetched, and the wheels it
 # built from sdists (mpi4py, sagemaker-training, ...) have hashes of their own.
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \

@@ -4,8 +4,9 @@
 # $IMAGE:canary-torchX, then runs Horovod's suites (scripts/horovod_suites.py) and the main job's
 # smoke (each launcher, as `make smoke`) on it; prints one line for docs/horovod-tests.md's table and
 # writes it to build/canary/torch-X.txt.
-# TORCHVISION_VERSION unset or empty: no torchvision. torchvision pins one torch release exactly,
-# so a new torch is on PyPI before its torchvision; Horovod and the smoke job need none.
+# TORCHVISION_VERSION unset or empty: no torchvision (Horovod and the smoke job need none). Up to
+# 0.29.1 torchvision pinned one torch release exactly; 0.29.2 is built on torch's stable ABI and
+# asks for torch>=2.14, so the pinned one can be given to try with the next torch.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 IMAGE=${IMAGE:-pytorch-horovod}

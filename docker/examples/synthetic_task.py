@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import NoReturn
 
@@ -41,6 +42,13 @@ def parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--amp", type=str2bool, default=False)
+    p.add_argument(
+        "--compile",
+        type=str2bool,
+        default=False,
+        help="train through torch.compile(model) (inductor: C++ on CPUs, Triton on GPUs); "
+        "checkpoints and the model stay the plain module's",
+    )
     p.add_argument(
         "--epoch-sleep",
         "--epoch_sleep",
@@ -90,6 +98,19 @@ def make_model(args: argparse.Namespace) -> torch.nn.Module:
     )
 
 
+def compiled(args: argparse.Namespace, model: torch.nn.Module, rank: int) -> torch.nn.Module:
+    """What the training loop calls: torch.compile(model) with --compile, else model itself.
+    The compiled module shares model's parameters, so an optimizer, a Horovod
+    DistributedOptimizer or DDP built on model (or on it) trains both, and model's state_dict
+    keeps its plain keys (the compiled one's have an "_orig_mod." prefix). Compiling happens at
+    the first step, which takes longer (each rank prints how long)."""
+    if not args.compile:
+        return model
+    if rank == 0:
+        print("compiling the model with torch.compile (at the first step)", flush=True)
+    return torch.compile(model)
+
+
 def print_start(rank: int, size: int, local_rank: int, device: torch.device) -> None:
     print(
         f"rank {rank}/{size} local_rank {local_rank} on {os.uname().nodename} "
@@ -98,12 +119,27 @@ def print_start(rank: int, size: int, local_rank: int, device: torch.device) -> 
     )
 
 
-def after_step(args: argparse.Namespace, rank: int, first: bool) -> None:
-    """The per-step test hooks: the first-step line, then --fail-on-rank."""
+def after_step(args: argparse.Namespace, rank: int, first: bool, took: float = 0.0) -> None:
+    """The per-step test hooks: the first-step line (with its time: compiling happens there),
+    then --fail-on-rank."""
     if first:
-        print(f"rank {rank}: first step done", flush=True)
+        print(f"rank {rank}: first step done in {took:.1f} s", flush=True)
     if rank == args.fail_on_rank:
         raise RuntimeError(f"deliberate failure on rank {rank} (--fail-on-rank)")
+
+
+def dist_epoch_stats(total: float, seen: int, start: float, device) -> tuple[float, float]:
+    """This epoch's loss averaged over the torch.distributed ranks and their samples/s summed
+    (one all_reduce of sums: Gloo has no ReduceOp.AVG)."""
+    import torch.distributed as dist
+
+    stats = torch.tensor(
+        [total / max(seen, 1), seen / (time.perf_counter() - start)],
+        dtype=torch.float64,
+        device=device,
+    )
+    dist.all_reduce(stats)
+    return stats[0].item() / dist.get_world_size(), stats[1].item()
 
 
 def print_epoch(epoch: int, loss: float, samples_per_s: float) -> None:

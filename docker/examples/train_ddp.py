@@ -4,11 +4,12 @@ The same small MLP and the same generated data as train_synthetic.py, with what 
 synthetic_task.py beside it. Shows what a real DDP script needs: env:// initialisation (torchrun
 sets MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK, LOCAL_RANK), NCCL on GPUs and Gloo on CPUs,
 one device per process, DistributedSampler sharding with set_epoch, LR scaled by the world size,
-optional AMP (CUDA), logs and checkpoints on rank 0 only, a checkpoint every epoch in
-SM_CHECKPOINT_DIR (/opt/ml/checkpoints) and resume from it at start (rank 0 reads it and
-broadcasts it, as in a multi-host job only rank 0's host has it), the final model in
-SM_MODEL_DIR, and an exit that skips the interpreter's teardown, where a torch bug can abort a
-rank that has finished (synthetic_task.exit_after_success).
+optional AMP (CUDA) and torch.compile (--compile true), logs and checkpoints on rank 0 only, a
+checkpoint every epoch in SM_CHECKPOINT_DIR (/opt/ml/checkpoints) and resume from it at start
+(rank 0 reads it and broadcasts it, as in a multi-host job only rank 0's host has it), the final
+model in SM_MODEL_DIR, and an exit that skips the interpreter's teardown, where a torch bug can
+abort a rank that has finished (synthetic_task.exit_after_success; `train` runs every torchrun
+program through byoc.clean_exit for the same reason).
 
 Run it with torchrun, e.g. `torchrun --nproc-per-node 2 train_ddp.py --epochs 1`; in the image,
 `train` runs it for SageMaker's torch_distributed. A plain `python train_ddp.py` runs one process.
@@ -99,6 +100,7 @@ def main() -> None:
         print(f"TORCHRUN restart={restarts} size={size} epoch={start_epoch}", flush=True)
 
     ddp = DistributedDataParallel(model, device_ids=[local_rank] if use_cuda else None)
+    net = task.compiled(args, ddp, rank)  # --compile: DDP's hooks stay on the parameters
     amp = args.amp and use_cuda
     scaler = torch.amp.GradScaler("cuda", enabled=amp)
     loss_fn = torch.nn.MSELoss()
@@ -106,27 +108,24 @@ def main() -> None:
 
     for epoch in range(start_epoch, args.epochs):
         sampler.set_epoch(epoch)  # a different shuffle each epoch, the same on every rank
-        ddp.train()
+        net.train()
         start, seen, total = time.perf_counter(), 0, 0.0
         for step, (xb, yb) in enumerate(loader):
+            t0 = time.perf_counter()
             x, y = xb.to(device, non_blocking=True), yb.to(device, non_blocking=True)
             optimizer.zero_grad()
             with torch.autocast(device.type, enabled=amp):
-                loss = loss_fn(ddp(x), y)
+                loss = loss_fn(net(x), y)
             scaler.scale(loss).backward()  # DDP averages the gradients over ranks here
             scaler.step(optimizer)
             scaler.update()
             seen += len(x)
             total += loss.item() * len(x)
-            task.after_step(args, rank, first=step == 0 and epoch == start_epoch)
-        stats = torch.tensor(
-            [total / max(seen, 1), seen / (time.perf_counter() - start)],
-            dtype=torch.float64,
-            device=device,
-        )
-        dist.all_reduce(stats)  # sums; Gloo has no ReduceOp.AVG
+            first = step == 0 and epoch == start_epoch
+            task.after_step(args, rank, first, time.perf_counter() - t0)
+        loss_avg, rate = task.dist_epoch_stats(total, seen, start, device)
         if rank == 0:
-            task.print_epoch(epoch, stats[0].item() / size, stats[1].item())
+            task.print_epoch(epoch, loss_avg, rate)
             task.save_checkpoint(checkpoint, model, optimizer, epoch)
         if args.epoch_sleep:
             time.sleep(args.epoch_sleep)

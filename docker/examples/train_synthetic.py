@@ -2,9 +2,10 @@
 
 A small MLP learns a fixed random linear map with noise: no download, deterministic per seed.
 Shows what a real script needs: DistributedSampler sharding, LR scaled by hvd.size(), broadcast
-of parameters and optimizer state, optional fp16 compression and AMP, logs and checkpoints on
-rank 0 only, a checkpoint every epoch in SM_CHECKPOINT_DIR (/opt/ml/checkpoints) and resume
-from it at start, the final model in SM_MODEL_DIR.
+of parameters and optimizer state, optional fp16 compression, AMP and torch.compile
+(--compile true: the Horovod + torch.compile example), logs and checkpoints on rank 0 only, a
+checkpoint every epoch in SM_CHECKPOINT_DIR (/opt/ml/checkpoints) and resume from it at start,
+the final model in SM_MODEL_DIR.
 
 With --data-channel NAME it trains from a SageMaker channel instead (Pipe, File or FastFile
 mode, through byoc.data.ChannelDataset): records of features+1 little-endian float32 (x, then
@@ -118,18 +119,20 @@ def main() -> None:
     amp = args.amp and use_cuda
     scaler = torch.amp.GradScaler("cuda", enabled=amp)
     loss_fn = torch.nn.MSELoss()
+    net = task.compiled(args, model, rank)  # --compile: Horovod averages the same parameters
     task.print_start(rank, size, hvd.local_rank(), device)
 
     for epoch in range(start_epoch, args.epochs):
         if sampler is not None:
             sampler.set_epoch(epoch)
-        model.train()
+        net.train()
         start, seen, total = time.perf_counter(), 0, 0.0
         for step, (xb, yb) in enumerate(loader):
+            t0 = time.perf_counter()
             x, y = xb.to(device), yb.to(device)
             optimizer.zero_grad()
             with torch.autocast(device.type, enabled=amp):
-                loss = loss_fn(model(x), y)
+                loss = loss_fn(net(x), y)
             if amp:
                 scaler.scale(loss).backward()
                 optimizer.synchronize()
@@ -142,7 +145,8 @@ def main() -> None:
                 optimizer.step()
             seen += len(x)
             total += loss.item() * len(x)
-            task.after_step(args, rank, first=step == 0 and epoch == start_epoch)
+            first = step == 0 and epoch == start_epoch
+            task.after_step(args, rank, first, time.perf_counter() - t0)
         if args.data_channel:
             hvd.join()  # a stream gives ranks uneven shares: wait for the others' last steps
             print(f"rank {rank}: epoch {epoch} read {seen} records", flush=True)

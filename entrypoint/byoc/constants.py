@@ -60,6 +60,9 @@ DEFAULT_DDP_PROGRAM = "/opt/byoc/examples/train_ddp.py"  # DDP (the torchrun lau
 LAUNCHER_ENV = "BYOC_LAUNCHER"  # horovod, torchrun or none: overrides the hyperparameters
 LAUNCHERS = ("horovod", "torchrun", "none")
 TORCHRUN_PORT_ENV = "BYOC_TORCHRUN_PORT"  # torchrun's rendezvous port on the first host
+# on (default): the torchrun launcher ends each Python rank without the interpreter's teardown once
+# its result is known (byoc.clean_exit, pytorch/pytorch#190489); off: bare.
+CLEAN_EXIT_ENV = "BYOC_CLEAN_EXIT"
 DEFAULT_TORCHRUN_PORT = 29500
 # SSH trust for a command of the platform's own (SageMaker SDK v3's drivers) in a training job:
 # auto (for the SDK's MPI driver), on (any multi-host job), off.

@@ -133,6 +133,14 @@ def torchrun_program(program: list[str]) -> list[str]:
     return ["--no-python", *program]
 
 
+def clean_exit_program(program: list[str]) -> list[str]:
+    """A Python program run through byoc.clean_exit (its result kept, no teardown abort);
+    any other program as it is."""
+    if len(program) >= 2 and program[0] == sys.executable:
+        return [sys.executable, "-m", "byoc.clean_exit", *program[1:]]
+    return list(program)
+
+
 def torchrun_command(
     cfg: JobConfig, slots: int, program: list[str], *, port: int, rendezvous_timeout: float
 ) -> list[str]:
@@ -180,7 +188,7 @@ def make_plan(
         command = torchrun_command(
             cfg,
             slots,
-            program,
+            clean_exit_program(program) if settings.clean_exit else program,
             port=settings.torchrun_port,
             rendezvous_timeout=settings.peer_timeout,
         )

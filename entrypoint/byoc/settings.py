@@ -80,6 +80,7 @@ class Settings:
     start_timeout: int  # HOROVOD_START_TIMEOUT, whole seconds as horovodrun takes them
     term_grace: float
     ssh_trust: str  # BYOC_SSH_TRUST: auto, on, off
+    clean_exit: bool = True  # BYOC_CLEAN_EXIT
 
 
 def load(env: dict[str, str]) -> Settings:
@@ -97,6 +98,7 @@ def load(env: dict[str, str]) -> Settings:
         start_timeout=integer(env, C.START_TIMEOUT_ENV, C.DEFAULT_START_TIMEOUT, 1, int(DAY)),
         term_grace=seconds(env, C.TERM_GRACE_ENV, C.DEFAULT_TERM_GRACE, high=3600),
         ssh_trust=choice(env, C.SSH_TRUST_ENV, C.SSH_TRUST_MODES, "auto"),
+        clean_exit=flag(env, C.CLEAN_EXIT_ENV, True),
     )
 
 

@@ -8,10 +8,13 @@ What needs a GPU (NCCL collectives, CUDA tensors, AMP) is in tests/gpu (make tes
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
-from tests.container.conftest import dockerfile_arg
+from tests.container.conftest import ROOT, dockerfile_arg
 
 pytestmark = pytest.mark.gpu_flavor
 
@@ -221,3 +224,62 @@ def test_the_base_holds_no_cuda_library_but_cudart(gpu):
     )
     # Only torch's NCCL, which the image itself puts in the linker cache.
     assert found and all(p.startswith("/opt/venv/") for _, p in found), found
+
+
+def recipe(page: str, heading: str) -> str:
+    """The first ```sh block after heading in docs/PAGE."""
+    text = (ROOT / "docs" / page).read_text()
+    after = text[text.index(heading) :]
+    return after.split("```sh\n", 1)[1].split("```", 1)[0]
+
+
+def test_docs_cuda_toolkit_recipe_builds_a_cuda_extension(gpu, tmp_path):
+    """docs/pytorch.md's recipe for CUDA sources, run as written (its pip offline, from wheels
+    downloaded here), then load_inline(cuda_sources=...) builds and imports with its nvcc."""
+    block = recipe("pytorch.md", "**CUDA sources**")
+    wanted = dockerfile_arg("CUDA_TOOLKIT_WHEELS").split("==")[1]
+    spec = re.search(r'pip install "(cuda-toolkit\[[^\]]+\]==([\d.]+))"', block)
+    assert spec and spec.group(2) == wanted, f"the recipe's toolkit is not torch's ({wanted})"
+    status, out = gpu.run(["python", "-c", "import sys; print(*sys.version_info[:2], sep='.')"])
+    assert status == 0, out
+    wheels = tmp_path / "wheels"
+    download = [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "-d",
+                str(wheels), "--python-version", out.strip().splitlines()[-1],
+                "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_27_x86_64",
+                "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64",
+                spec.group(1)]  # fmt: skip
+    result = subprocess.run(download, capture_output=True, text=True, timeout=600, check=False)
+    if result.returncode != 0:
+        pytest.fail(f"pip download {spec.group(1)} failed (PyPI reachable?): {result.stderr}")
+    build = textwrap.dedent(
+        """
+        import tempfile
+        import torch
+        from torch.utils.cpp_extension import load_inline
+        cuda = '''
+        __global__ void twice(float* x, int n) { int i = threadIdx.x; if (i < n) x[i] *= 2; }
+        torch::Tensor twice_inplace(torch::Tensor x) {
+          twice<<<1, x.numel()>>>(x.data_ptr<float>(), x.numel()); return x; }
+        '''
+        decl = "torch::Tensor twice_inplace(torch::Tensor x);"
+        ext = load_inline("byoc_cuda_ext", cpp_sources=decl, cuda_sources=cuda,
+                          functions=["twice_inplace"], build_directory=tempfile.mkdtemp())
+        print("CUDA-EXTENSION-BUILT", callable(ext.twice_inplace))
+        """
+    )
+    script = (
+        f"set -euo pipefail\n{block}\nnvcc --version | tail -n 2\npython - <<'EOF'\n{build}EOF\n"
+    )
+    status, out = gpu.run(
+        ["bash", "-c", script],
+        timeout=900,
+        volumes={str(wheels): {"bind": "/wheels", "mode": "ro"}},
+        environment={
+            "PIP_NO_INDEX": "1",
+            "PIP_FIND_LINKS": "/wheels",
+            "TORCH_CUDA_ARCH_LIST": "9.0",
+            "MAX_JOBS": "2",
+        },
+    )
+    assert status == 0, out[-6000:]
+    assert "CUDA-EXTENSION-BUILT True" in out, out[-6000:]

@@ -171,9 +171,25 @@ def test_openmpi_is_configured_for_containers(containers):
     assert "OMPI_ALLOW_RUN_AS_ROOT=1" in out and "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1" in out, out
 
 
-def test_runtime_has_no_compiler_no_pip_cache_no_baked_keys(containers):
+def test_runtime_has_what_pytorch_compiles_with_and_no_more(containers):
+    """torch.compile's C++ backend and cpp_extension call g++ (c++), through ninja; inductor's
+    code and Triton's launcher include Python.h (docs/pytorch.md). Build tools beyond those
+    (make, cmake, nvcc: CUDA sources, docs/pytorch.md) stay in the builder."""
     script = (
-        "for c in gcc cc g++ c++ nvcc make cmake; do command -v $c && echo FOUND-$c; done; "
+        "for c in gcc g++ c++ ninja; do command -v $c >/dev/null || echo MISSING-$c; done; "
+        "python -c 'import sysconfig, os; "
+        'print(os.path.isfile(sysconfig.get_path("include") + "/Python.h"))\'; '
+        "for c in make cmake nvcc; do command -v $c && echo FOUND-$c; done; "
+        "echo checked"
+    )
+    code, out = containers.run(["bash", "-c", script], timeout=60)
+    assert code == 0, out
+    assert "MISSING" not in out and "FOUND" not in out, out
+    assert out.strip().splitlines()[-2:] == ["True", "checked"], out
+
+
+def test_runtime_has_no_pip_cache_no_baked_keys(containers):
+    script = (
         # The cache mount's empty mount point may remain; no file may.
         "find /root/.cache -type f 2>/dev/null | grep -q . && echo FOUND-cache-files; "
         "ls /etc/ssh/ssh_host_* 2>/dev/null && echo FOUND-host-keys; "

@@ -7,6 +7,7 @@ import contextlib
 import json
 import random
 import re
+import shutil
 import struct
 import subprocess
 import threading
@@ -17,7 +18,7 @@ import pytest
 from byoc.data.framing import recordio_frame
 
 from tests import helpers
-from tests.container.conftest import logs
+from tests.container.conftest import SCRIPTS, logs
 from tests.helpers import wait_until
 from tests.pipe_fake import FakePipe
 
@@ -282,3 +283,81 @@ def test_example_trains_from_a_pipe_mode_channel(job, tmp_path):
         # Each host's stream is read once in all, its records dealt over 2 ranks x 2 workers.
         assert sum(int(n) for _, n in counts) == 2 * per_host, counts
     assert '"epoch": 1' in out
+
+
+def test_horovod_example_with_torch_compile_on_two_hosts(job):
+    """The Horovod + torch.compile example (train_synthetic.py --compile true): every rank
+    compiles (inductor's C++ backend) and trains under DistributedOptimizer."""
+    hps = {**FAST, "compile": "true"}
+    leader, ml1 = job.start("algo-1", hps=hps)
+    worker, _ = job.start("algo-2", hps=hps)
+    results = job.wait_all(timeout=600)
+    out = logs(leader)
+    assert results["algo-1"][0] == 0 and results["algo-2"][0] == 0, out + logs(worker)
+    check_ranks(out)
+    assert "compiling the model with torch.compile" in out, out
+    assert len(re.findall(r"rank \d: first step done in [\d.]+ s", out)) == 4, out
+    assert (ml1 / "model" / "model.pt").is_file() and '"epoch": 1' in out
+
+
+def sagemaker_checkpoint_sync(roots) -> None:
+    """What checkpoint_s3_uri does between two runs of a job: every host's files to S3, then
+    all of them back onto every host."""
+    union = {}
+    for root in roots:
+        base = root / "checkpoints"
+        for f in base.rglob("*"):
+            if f.is_file():
+                union[f.relative_to(base)] = f.read_bytes()
+    for root in roots:
+        for rel, data in union.items():
+            (root / "checkpoints" / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / "checkpoints" / rel).write_bytes(data)
+
+
+def test_fsdp2_example_on_two_hosts_resumes_from_its_sharded_checkpoint(job):
+    """train_fsdp.py under torch_distributed: 4 ranks sharding one model (fully_shard), DCP
+    checkpoints each rank writes its part of, and a second job resuming from them."""
+    program = {"sagemaker_program": "/opt/byoc/examples/train_fsdp.py"}
+    hps = {**FAST, **program}
+    leader, ml1 = job.start("algo-1", hps=hps, launcher="torchrun")
+    worker, ml2 = job.start("algo-2", hps=hps, launcher="torchrun")
+    results = job.wait_all(timeout=400)
+    out = logs(leader) + logs(worker)
+    assert results["algo-1"][0] == 0 and results["algo-2"][0] == 0, out
+    check_ranks(out)
+    newest = "checkpoints/fsdp/epoch-00001"
+    assert (ml1 / newest / ".metadata").is_file(), out  # rank 0 writes DCP's metadata
+    assert list((ml2 / newest).glob("*.distcp")), out  # the other host's ranks their shards
+    assert (ml1 / "model" / "model.pt").is_file()
+
+    for c in list(job.started.values()):
+        c.remove(force=True)
+    job.started.clear()
+    sagemaker_checkpoint_sync([ml1, ml2])
+    rerun = {**FAST, "epochs": "3", **program}
+    leader, _ = job.start("algo-1", hps=rerun, launcher="torchrun")
+    worker, _ = job.start("algo-2", hps=rerun, launcher="torchrun")
+    results = job.wait_all(timeout=400)
+    out = logs(leader)
+    assert results["algo-1"][0] == 0 and results["algo-2"][0] == 0, out + logs(worker)
+    assert "resumed from /opt/ml/checkpoints/fsdp/epoch-00001 at epoch 2" in out, out
+    assert '"epoch": 2' in out and '"epoch": 0' not in out, out
+    assert not (ml1 / "checkpoints/fsdp/epoch-00000").exists()  # the two newest are kept
+
+
+def test_users_ddp_script_ends_with_its_atexit_handlers_on_every_host(job, tmp_path):
+    """A DDP script of the user's own, not calling the image's helpers, under torchrun: every
+    rank's atexit handler runs and every host exits 0 (the launcher's byoc.clean_exit)."""
+    hps = {"sagemaker_program": "/opt/ml/code/user_ddp.py"}
+    roots = [tmp_path / host for host in HOSTS]  # each host's /opt/ml (the job fixture's)
+    for root in roots:
+        (root / "code").mkdir(parents=True)
+        shutil.copy(SCRIPTS / "user_ddp.py", root / "code" / "user_ddp.py")
+    started = [job.start(h, hps=hps, launcher="torchrun")[0] for h in HOSTS]
+    results = job.wait_all(timeout=300)
+    out = "".join(logs(c) for c in started)
+    assert all(code == 0 for code, _ in results.values()), out
+    assert "byoc.clean_exit" in out, out  # the launch line shows the program goes through it
+    written = sorted(f.name for root in roots for f in (root / "output" / "data").glob("atexit-*"))
+    assert written == ["atexit-0", "atexit-1", "atexit-2", "atexit-3"], out

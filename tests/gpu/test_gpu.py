@@ -134,6 +134,29 @@ def test_ddp_example_under_torchrun_on_every_gpu_with_amp(gpus):
     assert f"rank 0/{gpus}" in out and "device cuda:0" in out and '"epoch": 0' in out, out
 
 
+def test_torch_compile_runs_triton_kernels_and_the_examples_compile_on_gpu(gpus):
+    """torch.compile on a GPU: Triton builds its launcher with the runtime's gcc and Python.h
+    the first time a kernel runs; then the Horovod and DDP examples with --compile true."""
+    script = (
+        "import torch; m = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.GELU()).cuda(); "
+        "x = torch.randn(8, 64, device='cuda'); c = torch.compile(m); "
+        "torch.testing.assert_close(c(x), m(x), rtol=1e-3, atol=1e-3); print('TRITON-OK')"
+    )
+    result = docker_run("python", "-c", script)
+    assert result.returncode == 0 and "TRITON-OK" in result.stdout, result.stdout + result.stderr
+    for launcher in (
+        ["horovodrun", "-np", str(gpus), "-H", f"localhost:{gpus}", "python"],
+        ["torchrun", "--standalone", f"--nproc-per-node={gpus}"],
+    ):
+        program = "train_synthetic.py" if launcher[0] == "horovodrun" else "train_ddp.py"
+        result = docker_run(
+            *launcher, f"/opt/byoc/examples/{program}", *SHORT_AMP_RUN, "--compile", "true"
+        )
+        out = result.stdout + result.stderr
+        assert result.returncode == 0, out
+        assert "compiling the model" in out and '"epoch": 0' in out, out
+
+
 def test_horovod_and_torch_report_the_same_nccl(gpus):
     script = (
         "import torch, horovod.torch as hvd; hvd.init(); v = torch.cuda.nccl.version();"

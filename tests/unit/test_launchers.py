@@ -78,6 +78,8 @@ def test_torchrun_on_each_host_with_its_node_rank(tmp_path):
         "--master-addr=algo-1",
         "--master-port=29500",
         "--rdzv-conf=timeout=600",
+        "-m",
+        "byoc.clean_exit",
         "/opt/ml/code/train.py",
         "--epochs",
         "2",
@@ -97,6 +99,28 @@ def test_single_host_torchrun_is_standalone(tmp_path):
     p = torchrun_plan(tmp_path, current="algo-1", hosts=("algo-1",))
     assert p.role == "single" and "--standalone" in p.command and p.env == {}
     assert not any(a.startswith("--master-addr") for a in p.command)
+
+
+def test_clean_exit_can_be_turned_off(tmp_path):
+    p = torchrun_plan(tmp_path, env={C.CLEAN_EXIT_ENV: "off"})
+    assert p.command[-4:] == ["--rdzv-conf=timeout=600", "/opt/ml/code/train.py", "--epochs", "2"]
+    with pytest.raises(settings.SettingsError, match="BYOC_CLEAN_EXIT='maybe': expected one of"):
+        torchrun_plan(tmp_path, env={C.CLEAN_EXIT_ENV: "maybe"})
+
+
+@pytest.mark.parametrize(
+    ("program", "wrapped"),
+    [
+        (
+            [sys.executable, "/c/t.py", "-x"],
+            [sys.executable, "-m", "byoc.clean_exit", "/c/t.py", "-x"],
+        ),
+        ([sys.executable, "-m", "pkg.t"], [sys.executable, "-m", "byoc.clean_exit", "-m", "pkg.t"]),
+        (["/bin/bash", "/c/run.sh"], ["/bin/bash", "/c/run.sh"]),
+    ],
+)
+def test_only_python_programs_go_through_clean_exit(program, wrapped):
+    assert plan.clean_exit_program(program) == wrapped
 
 
 @pytest.mark.parametrize(
