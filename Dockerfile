@@ -6,6 +6,8 @@
 #                  NCCL.
 #   cpu:           the same stages on a plain OS base (Ubuntu, or the Debian base `make local-base`
 #                  makes where no registry can be reached), Horovod with Gloo and MPI.
+# Both runtimes carry g++, Python's headers and ninja: torch.compile and C++ extensions build at
+# run time (docs/pytorch.md).
 #
 # Every version is pinned here and only here, in the ARG block before the first FROM (stages
 # redeclare the bare names they use); the Makefile and the tests read them from this file.
@@ -61,7 +63,7 @@ ARG SOURCE_URL=unknown
 ARG FLAVOR=gpu
 
 # ---------------------------------------------------------------------------------------------
-# Packages both the builder and the runtime need, on either base (Debian and Ubuntu names agree).
+# The runtime's OS packages, on either base (Debian and Ubuntu names agree).
 FROM ${RUNTIME_IMAGE} AS runtime-os
 SHELL ["/bin/bash", "-o", "pipefail", "-euc"]
 ENV DEBIAN_FRONTEND=noninteractive \

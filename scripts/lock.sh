@@ -23,6 +23,8 @@ for name in requirements requirements-build requirements-sbom; do
     added=$(comm -13 <(sed -nE 's/^([A-Za-z0-9_.-]+)==.*/\1/p' "$in" | tr 'A-Z_.' 'a-z--' | sort) \
                      <(sed -nE 's/^([A-Za-z0-9_.-]+)==.*/\1/p' "$tmp" | tr 'A-Z_.' 'a-z--' | sort))
     [ -z "$added" ] || echo "lock.sh: $in does not pin $(echo "$added" | tr '\n' ' ')(added by the resolver): pin them there" >&2
+    # mktemp makes the file 0600; a clone has it 0644, and the build's COPY cache keys on the mode.
+    chmod 0644 "$tmp"
     mv "$tmp" "$out"
     trap - EXIT
     echo "lock.sh: $out: $(grep -c '==' "$out") packages, $(grep -c -- '--hash=' "$out") hashes" >&2

@@ -1,10 +1,11 @@
 """What the example training scripts share: options, data, model, checkpoints, printed lines.
 
-train_synthetic.py (Horovod) and train_ddp.py (torch.distributed) import it from their own
-directory, which Python puts first on sys.path when it runs a script (`python train_x.py`,
-horovodrun, torchrun). Both train the same model on the same generated data, write checkpoints
-of the same format (the plain module's state_dict, the optimizer's, the epoch) and print the
-same lines, which the container tests grep.
+The examples beside it (train_synthetic.py and train_elastic.py with Horovod, train_ddp.py and
+train_fsdp.py with torch.distributed) import it from their own directory, which is first on
+sys.path when a script runs (`python train_x.py`, horovodrun, torchrun, and `train`'s
+byoc.clean_exit alike). They train the same model on the same generated data, the first three
+write checkpoints of the same format (the plain module's state_dict, the optimizer's, the
+epoch), and all print the same lines, which the container tests grep.
 """
 
 from __future__ import annotations
@@ -70,6 +71,14 @@ def parser(description: str) -> argparse.ArgumentParser:
     return p
 
 
+def world_of_one_unless_launched() -> None:
+    """`python train_x.py` without torchrun (no WORLD_SIZE): env:// for a world of one."""
+    if "WORLD_SIZE" not in os.environ:
+        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", "29500")
+
+
 def pick_device(local_rank: int) -> torch.device:
     """This process's device: its local rank's GPU, made current before the first collective
     (NCCL: one GPU per process), else the CPU with one thread (ranks share the host's cores)."""
@@ -100,8 +109,9 @@ def make_model(args: argparse.Namespace) -> torch.nn.Module:
 
 def compiled(args: argparse.Namespace, model: torch.nn.Module, rank: int) -> torch.nn.Module:
     """What the training loop calls: torch.compile(model) with --compile, else model itself.
-    The compiled module shares model's parameters, so an optimizer, a Horovod
-    DistributedOptimizer or DDP built on model (or on it) trains both, and model's state_dict
+    The compiled module shares model's parameters (model may be a DDP or FSDP wrapper), so an
+    optimizer or a Horovod DistributedOptimizer built on model's parameters trains both, and
+    model's state_dict
     keeps its plain keys (the compiled one's have an "_orig_mod." prefix). Compiling happens at
     the first step, which takes longer (each rank prints how long)."""
     if not args.compile:
@@ -119,11 +129,12 @@ def print_start(rank: int, size: int, local_rank: int, device: torch.device) -> 
     )
 
 
-def after_step(args: argparse.Namespace, rank: int, first: bool, took: float = 0.0) -> None:
-    """The per-step test hooks: the first-step line (with its time: compiling happens there),
-    then --fail-on-rank."""
+def after_step(args: argparse.Namespace, rank: int, first: bool, took: float | None = None) -> None:
+    """The per-step test hooks: the first-step line (with its time where given: compiling
+    happens there), then --fail-on-rank."""
     if first:
-        print(f"rank {rank}: first step done in {took:.1f} s", flush=True)
+        timing = "" if took is None else f" in {took:.1f} s"
+        print(f"rank {rank}: first step done{timing}", flush=True)
     if rank == args.fail_on_rank:
         raise RuntimeError(f"deliberate failure on rank {rank} (--fail-on-rank)")
 
@@ -194,10 +205,11 @@ def exit_after_success() -> NoReturn:
     destroy_process_group(). When such a thread drops the last reference to a tensor of a
     finished collective while the interpreter is being torn down, it takes the GIL, Python (up
     to 3.13) ends the thread, and the C++ unwind aborts the process ("terminate called without
-    an active exception", SIGABRT) after training succeeded: torchrun then reports the rank as
-    failed and the other agents wait out their exit barrier. It hit 3 of 40 two-node CPU runs
-    here; upstream: https://github.com/pytorch/pytorch/issues/190489. Nothing runs after this,
-    so everything that must reach the disk (checkpoints, the model) is written before.
+    an active exception", SIGABRT; SIGSEGV too with torch 2.15) after training succeeded:
+    torchrun then reports the rank as failed and the other agents wait out their exit barrier.
+    Without this call it hit 8 of 80 two-node CPU runs of train_ddp.py here; upstream:
+    https://github.com/pytorch/pytorch/issues/190489. Nothing runs after this, so everything
+    that must reach the disk (checkpoints, the model) is written before.
     """
     for stream in (sys.stdout, sys.stderr):
         # A closed stream or a reader gone must not turn the finished run into a failure.

@@ -67,10 +67,8 @@ def main() -> None:
             RANK=slurm[0], WORLD_SIZE=slurm[1], LOCAL_RANK=os.environ.get("SLURM_LOCALID", "0")
         )
         os.environ.setdefault("MASTER_PORT", "29500")
-    elif "WORLD_SIZE" not in os.environ:  # not under torchrun: a world of one
-        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", "29500")
+    else:
+        task.world_of_one_unless_launched()
     local_rank = int(os.environ["LOCAL_RANK"])
     device = task.pick_device(local_rank)
     use_cuda = device.type == "cuda"

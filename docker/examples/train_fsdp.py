@@ -1,20 +1,21 @@
 """Example FSDP2 training (fully_shard) with sharded checkpoints (torch.distributed.checkpoint).
 
-The task of train_ddp.py (same model, data, options and printed lines, from synthetic_task.py
-beside it), with each Linear layer and then the whole model sharded over the ranks by
-`fully_shard`: each rank holds 1/world of every parameter, gradient and optimizer state, and
-gathers a layer's parameters only while it runs. NCCL on GPUs, Gloo on CPUs.
+The task of train_ddp.py (same model, data, options but --amp, and printed lines, from
+synthetic_task.py beside it), with each Linear layer and then the whole model sharded over the
+ranks by `fully_shard`: each rank holds 1/world of every parameter, gradient and optimizer
+state, and gathers a layer's parameters only while it runs. NCCL on GPUs, Gloo on CPUs.
 
 Checkpoints are DCP's: every rank writes its own shards of the model and optimizer (and rank 0
 the metadata) into SM_CHECKPOINT_DIR/fsdp/epoch-NNNNN/ at the end of each epoch, no rank ever
-holding the whole state; the two newest are kept. At start, the newest complete one (it has
-DCP's .metadata) is loaded back into the sharded model and optimizer and training resumes after
-its epoch; a different world size reshards on load. Every rank reads the checkpoint, so its
-directory must be the same on every host: on SageMaker, pass checkpoint_s3_uri (SageMaker copies
-what every host wrote to S3 and back to every host when a job starts); on Kubernetes or Slurm,
-a shared volume. A host that does not see the checkpoint rank 0 resumes from stops the job with
-a message saying so. The final model is gathered once into a plain state_dict (the keys of the
-unwrapped module, as the other examples write) and saved by rank 0 in SM_MODEL_DIR.
+holding the whole state; the two newest are kept. At start, the newest one every rank sees
+whole (DCP's metadata and every file it names) is loaded back into the sharded model and
+optimizer, and training resumes after its epoch; a different world size reshards on load. Every
+rank reads the checkpoint, so its directory must be the same on every host: on SageMaker, pass
+checkpoint_s3_uri (SageMaker copies what every host wrote to S3 and back to every host when a
+job starts); on Kubernetes or Slurm, a shared volume. When checkpoints exist but none is whole
+on every rank, the job stops with a message saying so. The final model is gathered once into a
+plain state_dict (the keys of the unwrapped module, as the other examples write) and saved by
+rank 0 in SM_MODEL_DIR.
 
 Run it with torchrun (`torchrun --nproc-per-node 2 train_fsdp.py --epochs 2`); in the image,
 `train` runs it with `sagemaker_program=/opt/byoc/examples/train_fsdp.py` and torch_distributed.
@@ -71,35 +72,44 @@ def epoch_dir(root: Path, epoch: int) -> Path:
     return root / f"epoch-{epoch:05d}"
 
 
-def newest_complete(root: Path) -> int:
-    """The epoch of the newest checkpoint under root that DCP finished writing, or -1."""
-    done = [
-        int(d.name.removeprefix("epoch-"))
-        for d in root.glob("epoch-*")
-        if d.name.removeprefix("epoch-").isdigit() and (d / ".metadata").is_file()
-    ]
-    return max(done, default=-1)
+def saved_epochs(root: Path) -> list[int]:
+    """The epochs with a checkpoint directory under root, newest first."""
+    names = (d.name.removeprefix("epoch-") for d in root.glob("epoch-*"))
+    return sorted((int(n) for n in names if n.isdigit()), reverse=True)
+
+
+def complete(root: Path, epoch: int) -> bool:
+    """Whether this rank sees all of epoch's checkpoint: DCP's metadata and every file it names
+    (a rank may read any shard: a different world size reshards)."""
+    where = epoch_dir(root, epoch)
+    try:
+        metadata = dcp.FileSystemReader(str(where)).read_metadata()
+    except Exception:  # noqa: BLE001 - missing, torn or unreadable: not complete
+        return False
+    files = {info.relative_path for info in metadata.storage_data.values()}
+    return all((where / name).is_file() for name in files)
 
 
 def resume_epoch(root: Path, rank: int, device: torch.device) -> int:
-    """The epoch every rank resumes from (-1: none): rank 0's newest, checked on every rank."""
-    chosen = [newest_complete(root) if rank == 0 else None]
-    dist.broadcast_object_list(chosen, src=0, device=device)
-    epoch = chosen[0]
-    if epoch < 0:
-        return -1
-    sees = (epoch_dir(root, epoch) / ".metadata").is_file()
-    missing = torch.tensor([0 if sees else 1], device=device)
-    dist.all_reduce(missing)  # every rank stops, or none: a rank left alone would wait forever
-    if missing.item():
+    """The newest epoch whose checkpoint every rank sees whole (-1: none was saved). Rank 0's
+    list is tried in order; every rank takes part in each check, so all stop or none."""
+    listed = [saved_epochs(root) if rank == 0 else None]
+    dist.broadcast_object_list(listed, src=0, device=device)
+    for epoch in listed[0]:
+        missing = torch.tensor([0 if complete(root, epoch) else 1], device=device)
+        dist.all_reduce(missing)
+        if missing.item() == 0:
+            return epoch
+        if rank == 0:
+            print(f"{epoch_dir(root, epoch)} is incomplete on {missing.item()} rank(s)", flush=True)
+    if listed[0]:
         raise SystemExit(
-            f"train_fsdp.py: {missing.item()} rank(s) (this one, rank {rank} on "
-            f"{os.uname().nodename}: {'sees' if sees else 'does not see'} it) cannot read "
-            f"{epoch_dir(root, epoch)}, which rank 0 resumes from: sharded checkpoints need the "
-            "same checkpoint directory on every host (SageMaker: checkpoint_s3_uri; elsewhere a "
-            "shared volume)"
+            f"train_fsdp.py: no checkpoint under {root} is complete on every rank (rank {rank} on "
+            f"{os.uname().nodename} sees {[e for e in listed[0] if complete(root, e)] or 'none'} "
+            "whole): sharded checkpoints need the same checkpoint directory on every host "
+            "(SageMaker: checkpoint_s3_uri; elsewhere a shared volume)"
         )
-    return epoch
+    return -1
 
 
 def prune(root: Path, newest: int) -> None:
@@ -113,10 +123,7 @@ def prune(root: Path, newest: int) -> None:
 @record
 def main() -> None:
     args = task.parser(__doc__.splitlines()[0]).parse_args()
-    if "WORLD_SIZE" not in os.environ:  # not under torchrun: a world of one
-        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", "29500")
+    task.world_of_one_unless_launched()
     local_rank = int(os.environ["LOCAL_RANK"])
     device = task.pick_device(local_rank)
     dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")

@@ -50,7 +50,7 @@ def check_registry(registry: str) -> None:
 
 
 def _version(value: str) -> str:
-    return value.split("+", 1)[0]  # torch's local version (+cu130) is not allowed in a tag
+    return value.split("+", 1)[0]  # torch's local version (+cu132) is not allowed in a tag
 
 
 def version_tag(labels: dict[str, str], image_id: str) -> str:

@@ -239,7 +239,7 @@ def test_docs_cuda_toolkit_recipe_builds_a_cuda_extension(gpu, tmp_path):
     block = recipe("pytorch.md", "**CUDA sources**")
     wanted = dockerfile_arg("CUDA_TOOLKIT_WHEELS").split("==")[1]
     spec = re.search(r'pip install "(cuda-toolkit\[[^\]]+\]==([\d.]+))"', block)
-    assert spec and spec.group(2) == wanted, f"the recipe's toolkit is not torch's ({wanted})"
+    assert spec and spec.group(2) == wanted, f"not the Dockerfile's CUDA_TOOLKIT_WHEELS ({wanted})"
     status, out = gpu.run(["python", "-c", "import sys; print(*sys.version_info[:2], sep='.')"])
     assert status == 0, out
     wheels = tmp_path / "wheels"

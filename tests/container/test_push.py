@@ -26,12 +26,12 @@ from tests.helpers import wait_until
 REGISTRY_BIN = shutil.which("docker-registry") or "/usr/bin/docker-registry"
 LABELS = {
     "io.github.pytorch-horovod.flavor": "gpu",
-    "io.github.pytorch-horovod.torch": "2.14.1",
+    "io.github.pytorch-horovod.torch": "2.15.0",
     "io.github.pytorch-horovod.horovod": "0.28.1",
-    "io.github.pytorch-horovod.cuda": "13.0.2",
+    "io.github.pytorch-horovod.cuda": "13.2.1",
     "org.opencontainers.image.revision": "0123456789abcdef0123",
 }
-EXPECTED_TAG = "gpu-torch2.14.1-cuda13.0.2-hvd0.28.1-g0123456789ab"
+EXPECTED_TAG = "gpu-torch2.15.0-cuda13.2.1-hvd0.28.1-g0123456789ab"
 
 
 def free_port() -> int:

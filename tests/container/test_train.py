@@ -317,7 +317,8 @@ def sagemaker_checkpoint_sync(roots) -> None:
 
 def test_fsdp2_example_on_two_hosts_resumes_from_its_sharded_checkpoint(job):
     """train_fsdp.py under torch_distributed: 4 ranks sharding one model (fully_shard), DCP
-    checkpoints each rank writes its part of, and a second job resuming from them."""
+    checkpoints each rank writes its part of; a second job on hosts that do not share them is
+    refused on every rank, a third, after SageMaker's checkpoint sync, resumes."""
     program = {"sagemaker_program": "/opt/byoc/examples/train_fsdp.py"}
     hps = {**FAST, **program}
     leader, ml1 = job.start("algo-1", hps=hps, launcher="torchrun")
@@ -331,14 +332,22 @@ def test_fsdp2_example_on_two_hosts_resumes_from_its_sharded_checkpoint(job):
     assert list((ml2 / newest).glob("*.distcp")), out  # the other host's ranks their shards
     assert (ml1 / "model" / "model.pt").is_file()
 
-    for c in list(job.started.values()):
-        c.remove(force=True)
-    job.started.clear()
+    def rerun(hps):
+        for c in list(job.started.values()):
+            c.remove(force=True)
+        job.started.clear()
+        started = [job.start(host, hps=hps, launcher="torchrun")[0] for host in HOSTS]
+        return job.wait_all(timeout=400), started
+
+    # Each host sees only its own files (no shared checkpoint directory): no rank resumes alone.
+    more = {**FAST, "epochs": "3", **program}
+    results, started = rerun(more)
+    out = "".join(logs(c) for c in started)
+    assert all(code != 0 for code, _ in results.values()), out
+    assert "no checkpoint under /opt/ml/checkpoints/fsdp is complete on every rank" in out, out
+
     sagemaker_checkpoint_sync([ml1, ml2])
-    rerun = {**FAST, "epochs": "3", **program}
-    leader, _ = job.start("algo-1", hps=rerun, launcher="torchrun")
-    worker, _ = job.start("algo-2", hps=rerun, launcher="torchrun")
-    results = job.wait_all(timeout=400)
+    results, (leader, worker) = rerun(more)
     out = logs(leader)
     assert results["algo-1"][0] == 0 and results["algo-2"][0] == 0, out + logs(worker)
     assert "resumed from /opt/ml/checkpoints/fsdp/epoch-00001 at epoch 2" in out, out
@@ -347,9 +356,10 @@ def test_fsdp2_example_on_two_hosts_resumes_from_its_sharded_checkpoint(job):
 
 
 def test_users_ddp_script_ends_with_its_atexit_handlers_on_every_host(job, tmp_path):
-    """A DDP script of the user's own, not calling the image's helpers, under torchrun: every
-    rank's atexit handler runs and every host exits 0 (the launcher's byoc.clean_exit)."""
-    hps = {"sagemaker_program": "/opt/ml/code/user_ddp.py"}
+    """A DDP script of the user's own, compiled with torch.compile and not calling the image's
+    helpers, under torchrun: it goes through the launcher's byoc.clean_exit, ends (inductor's
+    compile workers do not hold it), every rank's atexit handler runs and every host exits 0."""
+    hps = {"sagemaker_program": "/opt/ml/code/user_ddp.py", "compile": "true"}
     roots = [tmp_path / host for host in HOSTS]  # each host's /opt/ml (the job fixture's)
     for root in roots:
         (root / "code").mkdir(parents=True)

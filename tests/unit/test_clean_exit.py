@@ -16,20 +16,29 @@ ENTRYPOINT = Path(__file__).resolve().parents[2] / "entrypoint"
 
 # Everything a program relies on at exit, and one thing only teardown does (a global's __del__).
 SCRIPT = """
-import atexit, os, sys, threading, time
+import atexit, concurrent.futures, os, pickle, sys, threading, time
 
 class Teardown:
     def __del__(self):
         os.write(2, b"teardown ran\\n")
 
+class Point:
+    pass
+
 kept = Teardown()
 atexit.register(lambda: print("atexit ran", flush=True))
+# A class of the script pickled at exit: __main__ must still be the script's module.
+atexit.register(lambda: print("pickled", len(pickle.dumps(Point())) > 0, flush=True))
+# An idle pool's workers wait until threading's exit hook wakes them: joined without it, hang.
+pool = concurrent.futures.ThreadPoolExecutor(2)
+power = pool.submit(pow, 2, 10)
 def late():
     time.sleep(0.3)
     print("thread finished")
 threading.Thread(target=late).start()
 print("name", __name__, "argv", sys.argv[1:], "path0", sys.path[0])
-print("file", os.path.basename(__file__))
+print("file", __file__)
+print("pool", power.result())
 sys.stdout.write("no newline")  # block-buffered: flushed only at exit
 {end}
 """
@@ -60,8 +69,9 @@ def test_same_result_and_output_as_python_without_the_teardown(tmp_path, end, st
     bare, clean = run(tmp_path, end, clean=False), run(tmp_path, end, clean=True)
     assert bare.returncode == clean.returncode == status
     assert clean.stdout == bare.stdout
-    assert f"name __main__ argv ['--lr', '0.1'] path0 {tmp_path}\nfile prog.py\n" in clean.stdout
-    for printed in ("no newline", "thread finished", "atexit ran"):
+    header = f"name __main__ argv ['--lr', '0.1'] path0 {tmp_path}\nfile {tmp_path}/prog.py\n"
+    assert header in clean.stdout
+    for printed in ("pool 1024", "no newline", "thread finished", "atexit ran", "pickled True"):
         assert printed in clean.stdout
     # The teardown (and so the abort of pytorch/pytorch#190489) is what is skipped.
     assert "teardown ran" in bare.stderr and "teardown ran" not in clean.stderr

@@ -18,7 +18,7 @@ from byoc_aws import common, launch
 from tests.aws_fake import ACCOUNT, no_credentials
 
 ROLE = f"arn:aws:iam::{ACCOUNT}:role/SageMakerTraining"
-IMAGE = f"{ACCOUNT}.dkr.ecr.us-east-1.amazonaws.com/pytorch-horovod:gpu-torch2.14.1"
+IMAGE = f"{ACCOUNT}.dkr.ecr.us-east-1.amazonaws.com/pytorch-horovod:gpu-torch2.15.0"
 BUCKET = f"sagemaker-us-east-1-{ACCOUNT}"
 
 

@@ -1,5 +1,5 @@
 """Count how often a torch.distributed script fails at exit across two hosts of the local
-cluster (docs/sagemaker.md, "DDP ranks that abort at exit"): N two-node torchrun runs of SCRIPT,
+cluster (docs/pytorch.md, "DDP scripts that abort at exit"): N two-node torchrun runs of SCRIPT,
 bare or through byoc.clean_exit, one rank per node, with the bench's runner (every host's
 output kept, the step ended as soon as one host's half fails).
 

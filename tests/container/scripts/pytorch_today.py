@@ -32,16 +32,18 @@ def small_model() -> torch.nn.Module:
 def case_compile() -> str:
     """torch.compile on the CPU: inductor's C++ backend (g++, Python.h), forward and backward,
     the same numbers as eager."""
-    model, x = small_model(), torch.randn(8, 16)
-    eager = model(x)
+    x = torch.randn(8, 16)
+    eager_model, model = small_model(), small_model()
+    eager = eager_model(x)
+    eager.sum().backward()
     compiled = torch.compile(model)
     t0 = time.perf_counter()
     out = compiled(x)
     out.sum().backward()
     took = time.perf_counter() - t0
     torch.testing.assert_close(out, eager, rtol=1e-4, atol=1e-5)
-    grads = [p.grad for p in model.parameters()]
-    assert all(g is not None and torch.isfinite(g).all() for g in grads)
+    for mine, theirs in zip(model.parameters(), eager_model.parameters(), strict=True):
+        torch.testing.assert_close(mine.grad, theirs.grad, rtol=1e-4, atol=1e-5)
     return f"first call (compile) {took:.1f} s"
 
 
@@ -113,23 +115,32 @@ def case_dcp() -> str:
     """torch.distributed.checkpoint: save and load a model's and optimizer's state (one process)."""
     import torch.distributed.checkpoint as dcp
 
-    model = small_model()
-    optimizer = torch.optim.AdamW(model.parameters())
-    model(torch.randn(4, 16)).sum().backward()
-    optimizer.step()
+    def trained(steps: int):
+        model = small_model()
+        optimizer = torch.optim.AdamW(model.parameters())
+        for _ in range(steps):
+            model(torch.randn(4, 16)).sum().backward()
+            optimizer.step()
+        return model, optimizer
+
+    model, optimizer = trained(2)
     with tempfile.TemporaryDirectory() as where:
         dcp.save(
             {"model": model.state_dict(), "optim": optimizer.state_dict()}, checkpoint_id=where
         )
-        fresh = small_model()
-        for p in fresh.parameters():
-            p.data.zero_()
-        state = {"model": fresh.state_dict()}
+        fresh, fresh_optimizer = trained(1)  # other weights, other optimizer state
+        state = {"model": fresh.state_dict(), "optim": fresh_optimizer.state_dict()}
         dcp.load(state, checkpoint_id=where)
         fresh.load_state_dict(state["model"])
+        fresh_optimizer.load_state_dict(state["optim"])
     for a, b in zip(model.parameters(), fresh.parameters(), strict=True):
         torch.testing.assert_close(a, b)
-    return "round trip equal"
+    saved, loaded = optimizer.state_dict()["state"], fresh_optimizer.state_dict()["state"]
+    assert saved.keys() == loaded.keys()
+    for key in saved:
+        for name in ("step", "exp_avg", "exp_avg_sq"):
+            torch.testing.assert_close(saved[key][name], loaded[key][name])
+    return "model and optimizer round trip equal"
 
 
 def run_workers(command: list[str], what: str) -> str:
@@ -176,15 +187,22 @@ def worker_horovod_compile() -> None:
 
 
 def case_fsdp2() -> str:
-    """FSDP2 (fully_shard) on 2 processes with torchrun and Gloo."""
+    """FSDP2 (fully_shard) on 2 processes with torchrun and Gloo: each rank holds half of each
+    parameter, and the gathered weights after 2 AdamW steps equal one process's training on both
+    ranks' data with their gradients averaged (what FSDP's reduce-scatter computes)."""
     text = run_workers(
-        ["torchrun", "--standalone", "--nproc-per-node", "2", str(HERE), "--worker", "fsdp2"],
+        ["torchrun", "--standalone", "--nproc-per-node", "2", "-m", "byoc.clean_exit", str(HERE),
+         "--worker", "fsdp2"],
         "torchrun",
-    )
-    full = dict(re.findall(r"WORKER fsdp2 rank (\d) full (-?[\d.]+)", text))
-    assert sorted(full) == ["0", "1"], text[-4000:]
-    assert len(set(full.values())) == 1, full  # the same gathered weights on both ranks
-    return "2 ranks, each holding half of each parameter"
+    )  # fmt: skip
+    ok = re.findall(r"WORKER fsdp2 rank (\d) matches the reference", text)
+    assert sorted(ok) == ["0", "1"], text[-4000:]
+    return "2 ranks, each holding half of each parameter, weights as a reference run's"
+
+
+def fsdp2_batches(rank: int) -> list[torch.Tensor]:
+    generator = torch.Generator().manual_seed(100 + rank)
+    return [torch.randn(8, 16, generator=generator) for _ in range(2)]
 
 
 def worker_fsdp2() -> None:
@@ -194,22 +212,31 @@ def worker_fsdp2() -> None:
 
     dist.init_process_group("gloo")
     torch.set_num_threads(1)
+    rank, size = dist.get_rank(), dist.get_world_size()
     model = small_model()
     for layer in model:
         if isinstance(layer, torch.nn.Linear):
             fully_shard(layer)
     fully_shard(model)
     local = model[0].weight.to_local()
-    assert local.shape[0] == 32 // dist.get_world_size(), local.shape
+    assert local.shape[0] == 32 // size, local.shape
     optimizer = torch.optim.AdamW(model.parameters())
-    torch.manual_seed(dist.get_rank())
-    for _ in range(2):
+    for x in fsdp2_batches(rank):
         optimizer.zero_grad()
-        model(torch.randn(8, 16)).sum().backward()
+        model(x).sum().backward()
         optimizer.step()
     full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
-    total = sum(t.double().sum().item() for t in full.values())
-    print(f"WORKER fsdp2 rank {dist.get_rank()} full {total:.10f}", flush=True)
+
+    reference = small_model()  # the same initial weights (seeded), every rank's data
+    ref_optimizer = torch.optim.AdamW(reference.parameters())
+    for step in range(2):
+        ref_optimizer.zero_grad()
+        loss = sum(reference(fsdp2_batches(r)[step]).sum() for r in range(size)) / size
+        loss.backward()
+        ref_optimizer.step()
+    for name, tensor in reference.state_dict().items():
+        torch.testing.assert_close(full[name], tensor, rtol=1e-4, atol=1e-5)
+    print(f"WORKER fsdp2 rank {rank} matches the reference", flush=True)
     dist.destroy_process_group()
 
 
