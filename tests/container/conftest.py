@@ -38,6 +38,16 @@ def logs(container) -> str:
     return container.logs().decode(errors="replace")
 
 
+def processes(container) -> str:
+    """What still runs in a container (ps: state, kernel wait channel, age, command), for the
+    message of a test that timed out; says why where it cannot be had."""
+    try:
+        code, out = container.exec_run(["ps", "-eo", "pid,ppid,stat,wchan:24,etime,args"])
+    except Exception as exc:  # noqa: BLE001 - a diagnostic only: the test fails anyway
+        return f"(no process list: {exc})"
+    return out.decode(errors="replace") if code == 0 else f"(ps exited {code})"
+
+
 def host_port(container, port: str) -> int:
     """The host port the engine published container's port ("8888/tcp") on, once it has."""
 

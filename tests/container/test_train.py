@@ -18,7 +18,7 @@ import pytest
 from byoc.data.framing import recordio_frame
 
 from tests import helpers
-from tests.container.conftest import SCRIPTS, logs
+from tests.container.conftest import SCRIPTS, logs, processes
 from tests.helpers import wait_until
 from tests.pipe_fake import FakePipe
 
@@ -83,7 +83,10 @@ def job(client, containers, tmp_path):
         results = helpers.wait_all(started, timeout)
         running = sorted(set(started) - set(results))
         assert not running, f"{running} still running after {timeout} s:\n" + "\n".join(
-            f"--- {h}\n" + logs(c)[-6000:] for h, c in started.items()
+            f"--- {h}\n"
+            + logs(c)[-6000:]
+            + (f"--- {h} processes\n" + processes(c) if h in running else "")
+            for h, c in started.items()
         )
         return results
 
@@ -268,7 +271,16 @@ def test_example_trains_from_a_pipe_mode_channel(job, tmp_path):
     try:
         leader, _ = job.start("algo-1", hps=None, write_config=False)
         worker, _ = job.start("algo-2", hps=None, write_config=False)
-        results = job.wait_all(timeout=300)
+        try:
+            results = job.wait_all(timeout=300)
+        except AssertionError as exc:
+            # Which side stopped: a writer that failed or never saw its reader, or the readers.
+            states = [
+                f"{h}: fake pipe wrote epochs {p.finished}, error {p.error!r}, "
+                f"alive {p.is_alive()}, FIFOs {sorted(f.name for f in p.data_dir.iterdir())}"
+                for h, p in zip(HOSTS, pipes, strict=True)
+            ]
+            raise AssertionError("\n".join([str(exc), *states])) from None
         out = logs(leader)
         assert results["algo-1"][0] == 0 and results["algo-2"][0] == 0, out + logs(worker)
         for p in pipes:
