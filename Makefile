@@ -36,7 +36,7 @@ DEV_KEYS ?= $(firstword $(wildcard $(HOME)/.ssh/id_ed25519.pub $(HOME)/.ssh/id_e
 
 .PHONY: local-train help build local-base lint test test-unit test-container test-gpu shell dev engine clean \
 	cluster-up cluster-down cluster-shell slurm-up slurm-down push launch test-deps standin build-gpu-standin \
-	test-gpu-flavor nccl-test smoke bench k8s-validate k8s-sim test-horovod test-horovod-soak canary lock sbom
+	test-gpu-flavor test-quick nccl-test smoke bench k8s-validate k8s-sim test-horovod test-horovod-soak canary lock sbom
 
 help: ## Show this help
 	@echo "Usage: make TARGET [FLAVOR=cpu|gpu] [IMAGE=...] [TAG=...] [DOCKER=...]"
@@ -48,7 +48,7 @@ help: ## Show this help
 
 local-train: engine ## The main job: SageMaker's `train` on HOSTS containers (SLOTS each) of $(IMAGE):$(TAG); LAUNCHER=horovod|torchrun
 	@$(DOCKER) image inspect $(IMAGE):$(TAG) >/dev/null 2>&1 || $(MAKE) build
-	python3 scripts/local_train.py --hosts $(HOSTS) --slots $(SLOTS) --launcher $(LAUNCHER) \
+	python3 -m hostkit.local_train --hosts $(HOSTS) --slots $(SLOTS) --launcher $(LAUNCHER) \
 		--image $(IMAGE):$(TAG) $(LOCAL_TRAIN_ARGS)
 
 engine: ## Make sure a Docker engine answers (as root on Debian/Ubuntu: install and start one)
@@ -67,14 +67,14 @@ $(DEV_STAMP): requirements-dev.txt tests/requirements-sdk.txt
 	touch $@
 
 sbom: $(DEV_STAMP) engine ## The SBOM of $(IMAGE):$(TAG) (CycloneDX, made at build time in the image), checked, into build/sbom/
-	$(PY) scripts/sbom.py --image $(IMAGE):$(TAG)
+	$(PY) -m hostkit.sbom --image $(IMAGE):$(TAG)
 
 lock: $(DEV_STAMP) ## Regenerate the hash-locked docker/requirements*.txt from their .in files (uv; needs PyPI)
 	@scripts/lock.sh
 
 lint: $(DEV_STAMP) ## hadolint, shellcheck and ruff
 	$(VENV)/bin/hadolint Dockerfile
-	shellcheck scripts/*.sh docker/build/*.sh docker/bash-env.sh tests/conformance/*.sh .ci/run
+	shellcheck -x scripts/*.sh tests/standin/build.sh docker/build/*.sh docker/bash-env.sh tests/conformance/*.sh .ci/run
 	shellcheck -x deploy/slurm/*.sbatch deploy/slurm/common.sh tests/slurm/*.sh
 	$(VENV)/bin/hadolint tests/conformance/Dockerfile tests/slurm/Dockerfile
 	$(VENV)/bin/ruff check .
@@ -89,6 +89,11 @@ test-deps: ## Tools the container tests drive: docker-registry, docker compose, 
 test-container: $(DEV_STAMP) engine test-deps ## Container tests against $(IMAGE):cpu (built if missing)
 	@$(DOCKER) image inspect $(IMAGE):cpu >/dev/null 2>&1 || $(MAKE) build FLAVOR=cpu TAG=cpu
 	BYOC_IMAGE=$(IMAGE):cpu $(PY) -m pytest -m "not gpu_flavor" tests/container $(PYTEST_ARGS)
+
+test-quick: $(DEV_STAMP) engine test-deps ## Lint, unit tests and the container tests not marked slow (no Slurm, elastic, k8s runs), against $(IMAGE):cpu
+	@$(DOCKER) image inspect $(IMAGE):cpu >/dev/null 2>&1 || $(MAKE) build FLAVOR=cpu TAG=cpu
+	$(MAKE) --no-print-directory lint test-unit
+	BYOC_IMAGE=$(IMAGE):cpu $(PY) -m pytest -m "not gpu_flavor and not slow" tests/container $(PYTEST_ARGS)
 
 SMOKE_ARGS ?= --hp epochs=1 --hp samples=1024 --timeout 600 --out local/smoke
 smoke: engine ## The main job (make local-train), short, with each launcher, on $(IMAGE):cpu
@@ -119,7 +124,7 @@ test-gpu-flavor: $(DEV_STAMP) build-gpu-standin ## gpu flavor checks without a G
 HOROVOD_SUITE_IMAGES ?= $(IMAGE):cpu $(IMAGE):gpu-standin
 HOROVOD_SRC_TARBALL ?=
 HOROVOD_SUITES_ARGS ?=
-SUITES_CMD = python3 scripts/horovod_suites.py $(foreach i,$(HOROVOD_SUITE_IMAGES),--image $(i)) \
+SUITES_CMD = python3 -m hostkit.horovod_suites $(foreach i,$(HOROVOD_SUITE_IMAGES),--image $(i)) \
 	$(if $(HOROVOD_SRC_TARBALL),--source $(HOROVOD_SRC_TARBALL))
 test-horovod: engine ## Horovod's own suites (torch, elastic, runner...) on HOROVOD_SUITE_IMAGES, both controllers
 	$(SUITES_CMD) $(HOROVOD_SUITES_ARGS)
@@ -135,16 +140,16 @@ canary: engine ## The cpu image on TORCH_VERSION (TORCHVISION_VERSION: none unle
 
 BENCH_ARGS ?=
 bench: engine ## Measure $(IMAGE):$(TAG) (else :cpu) on NODES pinned containers: link, allreduce per library, training, scaling, launch, Pipe reader, elastic join/recovery -> bench/<stamp>/
-	python3 scripts/bench.py --nodes $(NODES) $(BENCH_ARGS)
+	python3 -m hostkit.bench --nodes $(NODES) $(BENCH_ARGS)
 
 k8s-validate: $(DEV_STAMP) ## Render every deploy/kubernetes overlay and validate it against the engines' pinned CRDs
-	$(PY) scripts/k8s_validate.py
+	$(PY) -m hostkit.k8s_validate
 
 ENGINE ?= mpijob
 K8S_SIM_ARGS ?=
 k8s-sim: $(DEV_STAMP) engine ## Run a deploy/kubernetes overlay as its engine would, on $(IMAGE):cpu: ENGINE=mpijob|trainer|volcano, K8S_SIM_ARGS
 	@$(DOCKER) image inspect $(IMAGE):cpu >/dev/null 2>&1 || $(MAKE) build FLAVOR=cpu TAG=cpu
-	$(PY) scripts/k8s_sim.py --engine $(ENGINE) --image $(IMAGE):cpu $(K8S_SIM_ARGS)
+	$(PY) -m hostkit.k8s_sim --engine $(ENGINE) --image $(IMAGE):cpu $(K8S_SIM_ARGS)
 
 nccl-test: engine ## all_reduce_perf on every local GPU in $(IMAGE):$(TAG); passes or fails by its exit status
 	@n=$$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true); \
@@ -185,10 +190,10 @@ slurm-down: ## Remove the Slurm cluster and its keys
 	@scripts/slurm.sh down
 
 push: $(DEV_STAMP) engine ## Push $(IMAGE):$(TAG) to ECR repository $(ECR_REPOSITORY) (made if missing), print the image_uri
-	PYTHONPATH=scripts $(PY) -m byoc_aws.push --image $(IMAGE):$(TAG) --repository $(ECR_REPOSITORY) $(PUSH_ARGS)
+	$(PY) -m hostkit.aws.push --image $(IMAGE):$(TAG) --repository $(ECR_REPOSITORY) $(PUSH_ARGS)
 
 launch: $(DEV_STAMP) ## Create a SageMaker training job: make launch ARGS="--image-uri URI --role ARN --instance-type ml.g5.12xlarge ..."
-	PYTHONPATH=scripts $(PY) -m byoc_aws.launch $(ARGS)
+	$(PY) -m hostkit.aws.launch $(ARGS)
 
 clean: ## Remove the dev venv and the build-context wheelhouse and sources
 	rm -rf $(VENV)

@@ -7,19 +7,19 @@ cd "$(dirname "$0")/.."
 FLAVOR=${FLAVOR:-gpu}
 IMAGE=${IMAGE:-pytorch-horovod}
 TAG=${TAG:-$FLAVOR}
-DOCKER=${DOCKER:-$(scripts/docker.sh client)}
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
+docker_init "$(scripts/docker.sh client)"
 CPU_BASE=${CPU_BASE:-ubuntu:24.04}
 LOCAL_BASE=${LOCAL_BASE:-pytorch-horovod-base:bookworm}
 say() { echo "build: $*" >&2; }
 fail() { echo "build: error: $*" >&2; exit 1; }
 
-# The Dockerfile's default for ARG NAME (versions live there only).
-dockerfile_arg() { sed -n -E "s/^ARG $1=(.*)$/\1/p" Dockerfile | head -n 1; }
 
 have_image() {
-    "$DOCKER" image inspect "$1" >/dev/null 2>&1 && return 0
+    dk image inspect "$1" >/dev/null 2>&1 && return 0
     say "pulling $1"
-    "$DOCKER" pull "$1" >/dev/null 2>&1
+    dk pull "$1" >/dev/null 2>&1
 }
 
 args=(--build-arg "FLAVOR=$FLAVOR")
@@ -32,9 +32,9 @@ case "$FLAVOR" in
             base=$CPU_BASE
         else
             say "$CPU_BASE cannot be pulled (no registry?): using the local Debian base $LOCAL_BASE instead"
-            if ! "$DOCKER" image inspect "$LOCAL_BASE" >/dev/null 2>&1; then
+            if ! dk image inspect "$LOCAL_BASE" >/dev/null 2>&1; then
                 say "$LOCAL_BASE does not exist yet: making it (make local-base)"
-                DOCKER=$DOCKER scripts/local-base.sh "$LOCAL_BASE" || fail "could not make $LOCAL_BASE; run 'make local-base' and see its error, or pass BASE_IMAGE=<an OS image you have>"
+                scripts/local-base.sh "$LOCAL_BASE" || fail "could not make $LOCAL_BASE; run 'make local-base' and see its error, or pass BASE_IMAGE=<an OS image you have>"
             fi
             base=$LOCAL_BASE
         fi
@@ -43,8 +43,8 @@ case "$FLAVOR" in
         say "cpu flavor on $base"
         ;;
     gpu)
-        cuda=$(dockerfile_arg CUDA_VERSION)
-        os=$(dockerfile_arg BASE_OS)
+        cuda=$(pin CUDA_VERSION)
+        os=$(pin BASE_OS)
         builder=${BUILDER_IMAGE:-nvidia/cuda:${cuda}-cudnn-devel-${os}}
         runtime=${RUNTIME_IMAGE:-nvidia/cuda:${cuda}-base-${os}}
         for b in "$builder" "$runtime"; do
@@ -87,8 +87,8 @@ for pkg in nccl-tests libfabric aws-ofi-nccl; do
         cp "$given" ".sources/$pkg.tar.gz"
     else
         python3 docker/build/fetch_verified.py --local "$given" \
-            "$(dockerfile_arg "${var}_URL")" "$(dockerfile_arg "${var}_SHA256")" ".sources/$pkg.tar.gz" \
-            || fail "$given_var=$given is not $pkg $(dockerfile_arg "${var}_VERSION") (above); for another release pass BUILD_ARGS='--build-arg ${var}_VERSION=... --build-arg ${var}_SHA256=...'"
+            "$(pin "${var}_URL")" "$(pin "${var}_SHA256")" ".sources/$pkg.tar.gz" \
+            || fail "$given_var=$given is not $pkg $(pin "${var}_VERSION") (above); for another release pass BUILD_ARGS='--build-arg ${var}_VERSION=... --build-arg ${var}_SHA256=...'"
     fi
     say "$pkg from $given"
 done
@@ -104,6 +104,6 @@ args+=(--build-arg "VERSION=$version" --build-arg "VCS_REF=$revision" --build-ar
 extra=(${BUILD_ARGS:-})
 say "building $IMAGE:$TAG"
 start=$SECONDS
-DOCKER_BUILDKIT=1 "$DOCKER" build --progress=plain "${args[@]}" "${extra[@]}" -t "$IMAGE:$TAG" .
-size=$("$DOCKER" image inspect --format '{{.Size}}' "$IMAGE:$TAG")
+DOCKER_BUILDKIT=1 dk build --progress=plain "${args[@]}" "${extra[@]}" -t "$IMAGE:$TAG" .
+size=$(dk image inspect --format '{{.Size}}' "$IMAGE:$TAG")
 say "built $IMAGE:$TAG in $((SECONDS - start)) s, $((size / 1000000)) MB"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make canary TORCH_VERSION=X [TORCHVISION_VERSION=Y]`: does Horovod, with our patches, still
 # build and pass its own suites on another torch? Builds the cpu flavor with that torch as
-# $IMAGE:canary-torchX, then runs Horovod's suites (scripts/horovod_suites.py) and the main job's
+# $IMAGE:canary-torchX, then runs Horovod's suites (hostkit/horovod_suites.py) and the main job's
 # smoke (each launcher, as `make smoke`) on it; prints one line for docs/horovod-tests.md's table and
 # writes it to build/canary/torch-X.txt.
 # TORCHVISION_VERSION unset or empty: no torchvision (Horovod and the smoke job need none). Up to
@@ -35,12 +35,12 @@ if ! FLAVOR=cpu TAG=$tag BUILD_ARGS="${BUILD_ARGS:-} --build-arg TORCH_VERSION=$
     exit 1
 fi
 suites=yes
-python3 scripts/horovod_suites.py --image "$IMAGE:$tag" ${HOROVOD_SRC_TARBALL:+--source "$HOROVOD_SRC_TARBALL"} \
+python3 -m hostkit.horovod_suites --image "$IMAGE:$tag" ${HOROVOD_SRC_TARBALL:+--source "$HOROVOD_SRC_TARBALL"} \
     || suites=no
 smoke=yes
 for launcher in horovod torchrun; do
     rm -rf "local/canary-$torch-$launcher"
-    python3 scripts/local_train.py --hosts 2 --slots 2 --launcher "$launcher" --image "$IMAGE:$tag" \
+    python3 -m hostkit.local_train --hosts 2 --slots 2 --launcher "$launcher" --image "$IMAGE:$tag" \
         --hp epochs=1 --hp samples=1024 --timeout 600 --out "local/canary-$torch-$launcher" || smoke=no
 done
 result "yes" "$suites" "$smoke"

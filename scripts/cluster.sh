@@ -19,7 +19,9 @@ ROOT=$PWD
 PROJECT=${CLUSTER_PROJECT:-pytorch-horovod}
 STATE=${CLUSTER_STATE:-${XDG_STATE_HOME:-$HOME/.local/state}/pytorch-horovod/$PROJECT}
 IMAGE_REF=${BYOC_IMAGE:-${IMAGE:-pytorch-horovod}:${TAG:-${FLAVOR:-gpu}}}
-DOCKER=${DOCKER:-docker}
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
+docker_init docker
 MAX_NODES=8
 
 say() { echo "cluster: $*" >&2; }
@@ -31,8 +33,12 @@ fail() { echo "cluster: error: $*" >&2; exit 1; }
 # Debian/Ubuntu, install the package when neither is there.
 COMPOSE=()
 find_compose() {
+    if dk compose version >/dev/null 2>&1; then
+        COMPOSE=("${DOCKER_CMD[@]}" compose)
+        return 0
+    fi
     local c
-    for c in "$DOCKER" docker /usr/bin/docker; do
+    for c in docker /usr/bin/docker; do
         if command -v "$c" >/dev/null 2>&1 && "$c" compose version >/dev/null 2>&1; then
             COMPOSE=("$c" compose)
             return 0
@@ -71,7 +77,7 @@ compose() {
 node0_port() { compose port node0 "$1" | sed 's/.*://'; }
 
 running_nodes() {
-    "$DOCKER" ps -aq --filter "label=com.docker.compose.project=$PROJECT" | wc -l
+    dk ps -aq --filter "label=com.docker.compose.project=$PROJECT" | wc -l
 }
 
 # The overlay made at `up` (compose.override.yaml in $STATE), per node, for every node the
@@ -96,7 +102,7 @@ write_overlay() {
         [ $((cores / cpus)) -lt "$capacity" ] && capacity=$((cores / cpus))
         say "$cpus core(s) per node, not shared"
     fi
-    if "$DOCKER" run --rm --ulimit memlock=-1:-1 --entrypoint true "$BYOC_IMAGE" >/dev/null 2>&1; then
+    if dk run --rm --ulimit memlock=-1:-1 --entrypoint true "$BYOC_IMAGE" >/dev/null 2>&1; then
         ulimits="ulimits: {memlock: -1, stack: 67108864}"
     else
         say "warning: this engine may not raise memlock (it runs under a capped limit): nodes keep its default; pinned-memory transfers may be slower"
@@ -166,7 +172,7 @@ check_count() {
 up() {
     local nodes=${1:-${NODES:-2}} services=() i start
     check_count "$nodes"
-    "$DOCKER" image inspect "$BYOC_IMAGE" >/dev/null 2>&1 \
+    dk image inspect "$BYOC_IMAGE" >/dev/null 2>&1 \
         || fail "image $BYOC_IMAGE not found: build it (make build, or make build FLAVOR=cpu TAG=cpu and pass TAG=cpu)"
     local existing
     existing=$(running_nodes)
@@ -250,7 +256,7 @@ scale() {
     find_compose
     for ((i = 0; i < MAX_NODES; i++)); do
         name=node$i
-        state=$("$DOCKER" inspect -f '{{.State.Running}}' "$(compose ps -q "$name" 2>/dev/null || true)" 2>/dev/null || echo none)
+        state=$(dk inspect -f '{{.State.Running}}' "$(compose ps -q "$name" 2>/dev/null || true)" 2>/dev/null || echo none)
         if [ "$i" -lt "$nodes" ] && [ "$state" != true ]; then
             add+=("$name")
         elif [ "$i" -ge "$nodes" ] && [ "$state" = true ]; then

@@ -7,6 +7,9 @@
 #   docker.sh ca       print the host's CA bundle for builds (PIP_CERT, SSL_CERT_FILE or
 #                      REQUESTS_CA_BUNDLE, the first non-empty file), or nothing
 set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
 
 DOCKERD_PIDFILE=${DOCKERD_PIDFILE:-/tmp/pytorch-horovod-dockerd.pid}
 DOCKERD_LOG=${DOCKERD_LOG:-/tmp/pytorch-horovod-dockerd.log}
@@ -15,18 +18,22 @@ say() { echo "docker.sh: $*" >&2; }
 
 # A client builds with BuildKit if it has the buildx plugin, or is older than 23.0 (BuildKit was
 # built into the client until then). Docker 23+ without buildx refuses DOCKER_BUILDKIT=1.
+# has_buildkit CMD...: the client CMD (a program and its leading words, as 'sudo docker').
 has_buildkit() {
-    local c=$1 v
-    command -v "$c" >/dev/null 2>&1 || return 1
-    "$c" buildx version >/dev/null 2>&1 && return 0
-    v=$("$c" version --format '{{.Client.Version}}' 2>/dev/null || "$c" --version 2>/dev/null | sed -E 's/^Docker version ([0-9]+).*/\1/')
+    local v
+    command -v "$1" >/dev/null 2>&1 || return 1
+    "$@" buildx version >/dev/null 2>&1 && return 0
+    v=$("$@" version --format '{{.Client.Version}}' 2>/dev/null || "$@" --version 2>/dev/null | sed -E 's/^Docker version ([0-9]+).*/\1/')
     [ "${v%%.*}" -lt 23 ] 2>/dev/null
 }
 
+# $DOCKER as given (scripts/lib.sh splits it), else docker, else /usr/bin/docker.
 client() {
     local c
-    for c in ${DOCKER:-} docker /usr/bin/docker; do
-        if has_buildkit "$c"; then
+    for c in "${DOCKER:-}" docker /usr/bin/docker; do
+        docker_words "$c"
+        [ ${#DOCKER_CMD[@]} -gt 0 ] || continue
+        if has_buildkit "${DOCKER_CMD[@]}"; then
             echo "$c"
             return 0
         fi
@@ -36,7 +43,7 @@ client() {
     return 1
 }
 
-engine_up() { "$1" info >/dev/null 2>&1; }
+engine_up() { docker_words "$1"; dk info >/dev/null 2>&1; }
 
 engine() {
     local c

@@ -10,12 +10,13 @@ cd "$(dirname "$0")/.."
 usage="usage: scripts/git-archive.sh nccl-tests|libfabric|aws-ofi-nccl|horovod GIT_DIR OUT.tar.gz"
 pkg=${1:?$usage}; git_dir=${2:?$usage}; out=${3:?$usage}
 fail() { echo "git-archive: error: $*" >&2; exit 1; }
-arg() { sed -n -E "s/^ARG $1=(.*)$/\1/p" Dockerfile | head -n 1; }
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
 case "$pkg" in
     nccl-tests|libfabric|aws-ofi-nccl)
-        var=$(echo "$pkg" | tr 'a-z-' 'A-Z_'); version=$(arg "${var}_VERSION") ;;
+        var=$(echo "$pkg" | tr 'a-z-' 'A-Z_'); version=$(pin "${var}_VERSION") ;;
     # Its *_SHA256 is the PyPI sdist's; the tag archive has pins of its own.
-    horovod) var=HOROVOD_SRC; version=$(arg HOROVOD_VERSION) ;;
+    horovod) var=HOROVOD_SRC; version=$(pin HOROVOD_VERSION) ;;
     *) fail "unknown PKG '$pkg'; $usage" ;;
 esac
 git --git-dir="$git_dir" rev-parse -q --verify "refs/tags/v$version" >/dev/null \
@@ -23,6 +24,6 @@ git --git-dir="$git_dir" rev-parse -q --verify "refs/tags/v$version" >/dev/null 
 part=$(mktemp "${out}.XXXXXX")
 trap 'rm -f "$part"' EXIT
 git --git-dir="$git_dir" archive --format=tar --prefix="$pkg-$version/" "v$version" | gzip -cn >"$part"
-python3 docker/build/fetch_verified.py --local "$part" "$(arg "${var}_URL")" "$(arg "${var}_SHA256")" "$out" \
+python3 docker/build/fetch_verified.py --local "$part" "$(pin "${var}_URL")" "$(pin "${var}_SHA256")" "$out" \
     || fail "git archive of $pkg v$version does not match the Dockerfile's ${var}_SHA256"
 echo "git-archive: $out ($pkg $version, sha256 verified)" >&2

@@ -5,7 +5,10 @@
 set -euo pipefail
 image=${1:?usage: local-base.sh IMAGE [SUITE]}
 suite=${2:-bookworm}
-DOCKER=${DOCKER:-docker}
+cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
+docker_init docker
 say() { echo "local-base: $*" >&2; }
 
 if ! command -v mmdebstrap >/dev/null 2>&1; then
@@ -23,7 +26,7 @@ trap 'rm -f "$tmp"' EXIT
 say "bootstrapping Debian $suite (minbase) from the package mirror"
 start=$SECONDS
 mmdebstrap --variant=minbase --quiet "$suite" "$tmp"
-"$DOCKER" import \
+dk import \
     --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
     --change 'CMD ["bash"]' \
     --message "mmdebstrap --variant=minbase $suite" \

@@ -23,7 +23,9 @@ PROJECT=${SLURM_PROJECT:-pytorch-horovod-slurm}
 STATE=${SLURM_STATE:-${XDG_STATE_HOME:-$HOME/.local/state}/pytorch-horovod/$PROJECT}
 IMAGE_REF=${BYOC_IMAGE:-${IMAGE:-pytorch-horovod}:${TAG:-${FLAVOR:-cpu}}}
 # A client with BuildKit (the test layer is built with it), as the Makefile picks one.
-DOCKER=${DOCKER:-$(scripts/docker.sh client 2>/dev/null || echo docker)}
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
+docker_init "$(scripts/docker.sh client 2>/dev/null || echo docker)"
 MAX_NODES=8
 # CPUs each node offers Slurm (declared, not detected: containers share the host's cores).
 CPUS=${SLURM_CPUS_PER_NODE:-4}
@@ -93,8 +95,8 @@ up() {
     if ! [[ $nodes =~ ^[1-9]$ ]] || [ "$nodes" -gt $MAX_NODES ]; then
         fail "up needs 1 to $MAX_NODES nodes, not '$nodes'"
     fi
-    [ -z "$("$DOCKER" ps -aq --filter "label=$LABEL")" ] || fail "cluster '$PROJECT' is already up: scripts/slurm.sh down first"
-    "$DOCKER" image inspect "$IMAGE_REF" >/dev/null 2>&1 || fail "image $IMAGE_REF not found: make build FLAVOR=cpu (or set BYOC_IMAGE)"
+    [ -z "$(dk ps -aq --filter "label=$LABEL")" ] || fail "cluster '$PROJECT' is already up: scripts/slurm.sh down first"
+    dk image inspect "$IMAGE_REF" >/dev/null 2>&1 || fail "image $IMAGE_REF not found: make build FLAVOR=cpu (or set BYOC_IMAGE)"
     mkdir -p "$STATE" "$WORKSPACE"
     chmod 700 "$STATE"
     rm -rf "${STATE:?}/etc"
@@ -110,15 +112,15 @@ up() {
     local layer start=$SECONDS
     layer=$(layer_ref)
     say "building the test layer $layer (Slurm and munge on $IMAGE_REF)"
-    DOCKER_BUILDKIT=1 "$DOCKER" build -q --build-arg "IMAGE=$IMAGE_REF" -t "$layer" "$ROOT/tests/slurm" >/dev/null \
+    DOCKER_BUILDKIT=1 dk build -q --build-arg "IMAGE=$IMAGE_REF" -t "$layer" "$ROOT/tests/slurm" >/dev/null \
         || fail "building $layer failed"
-    "$DOCKER" network create --label "$LABEL" "$PROJECT" >/dev/null
+    dk network create --label "$LABEL" "$PROJECT" >/dev/null
     local common=(--detach --network "$PROJECT" --label "$LABEL" --shm-size "${SLURM_SHM_SIZE:-1g}"
         -v "$STATE/etc:/etc/byoc-slurm:ro" -v "$WORKSPACE:/workspace" -w /workspace)
-    "$DOCKER" run "${common[@]}" --name "$CONTROLLER" --hostname slurmctld --network-alias slurmctld \
+    dk run "${common[@]}" --name "$CONTROLLER" --hostname slurmctld --network-alias slurmctld \
         "$layer" slurm-node controller >/dev/null
     for ((i = 0; i < nodes; i++)); do
-        "$DOCKER" run "${common[@]}" --name "$PROJECT-node$i" --hostname "node$i" --network-alias "node$i" \
+        dk run "${common[@]}" --name "$PROJECT-node$i" --hostname "node$i" --network-alias "node$i" \
             -e SSH_AUTHORIZED_KEYS_FILE=/etc/byoc-slurm/key/id_ed25519.pub \
             -e BYOC_SSH_PEERS='node*' -e BYOC_SSH_PEER_KEY_FILE=/etc/byoc-slurm/key/id_ed25519 \
             -e BYOC_JUPYTER=0 "$layer" slurm-node node >/dev/null
@@ -126,20 +128,20 @@ up() {
     # Up when slurmctld answers and every node has registered idle.
     deadline=$((SECONDS + ${SLURM_UP_TIMEOUT:-180}))
     while :; do
-        states=$("$DOCKER" exec "$CONTROLLER" sinfo -h -N -o '%t' 2>/dev/null | sort | uniq -c | xargs || true)
+        states=$(dk exec "$CONTROLLER" sinfo -h -N -o '%t' 2>/dev/null | sort | uniq -c | xargs || true)
         [ "$states" = "$nodes idle" ] && break
         if [ $SECONDS -ge $deadline ]; then
             for ((i = -1; i < nodes; i++)); do
                 local c=$PROJECT-node$i
                 [ $i -ge 0 ] || c=$CONTROLLER
                 echo "--- $c" >&2
-                "$DOCKER" logs --tail 15 "$c" >&2 2>&1 || true
+                dk logs --tail 15 "$c" >&2 2>&1 || true
             done
             fail "the nodes were not idle within ${SLURM_UP_TIMEOUT:-180} s (sinfo: ${states:-no answer})"
         fi
         sleep 1
     done
-    say "$("$DOCKER" exec "$CONTROLLER" sinfo --version): slurmctld and $nodes node(s) idle in $((SECONDS - start)) s"
+    say "$(dk exec "$CONTROLLER" sinfo --version): slurmctld and $nodes node(s) idle in $((SECONDS - start)) s"
     cat >&2 <<EOF
 slurm: from the login node (scripts/slurm.sh exec ...), for example:
   scripts/slurm.sh exec srun -N$nodes --ntasks-per-node=2 --mpi=pmix python /opt/byoc/examples/train_synthetic.py --epochs 1
@@ -149,10 +151,10 @@ EOF
 
 down() {
     local ids
-    ids=$("$DOCKER" ps -aq --filter "label=$LABEL")
+    ids=$(dk ps -aq --filter "label=$LABEL")
     # shellcheck disable=SC2086  # container ids, one word each
-    [ -z "$ids" ] || "$DOCKER" rm -f $ids >/dev/null
-    "$DOCKER" network ls -q --filter "label=$LABEL" | xargs -r "$DOCKER" network rm >/dev/null
+    [ -z "$ids" ] || dk rm -f $ids >/dev/null
+    dk network ls -q --filter "label=$LABEL" | xargs -r "${DOCKER_CMD[@]}" network rm >/dev/null
     rm -rf "${STATE:?}/etc"
     say "cluster '$PROJECT' removed (workspace kept: $WORKSPACE)"
 }
@@ -162,16 +164,16 @@ kill_node() {
     if ! [[ $name =~ ^node[0-9]$ ]] || [ "${name#node}" -ge $MAX_NODES ]; then
         fail "kill needs a node name, node0..node$((MAX_NODES - 1)), not '$name'"
     fi
-    [ -n "$("$DOCKER" ps -q --filter "label=$LABEL" --filter "name=^$PROJECT-$name\$")" ] || fail "$name is not running in cluster '$PROJECT'"
+    [ -n "$(dk ps -q --filter "label=$LABEL" --filter "name=^$PROJECT-$name\$")" ] || fail "$name is not running in cluster '$PROJECT'"
     say "killing $name (SIGKILL)"
-    "$DOCKER" kill -s KILL "$PROJECT-$name" >/dev/null
+    dk kill -s KILL "$PROJECT-$name" >/dev/null
 }
 
 case "${1:-}" in
     up) shift; up "$@" ;;
     down) down ;;
     kill) shift; kill_node "$@" ;;
-    ps) "$DOCKER" ps -a --filter "label=$LABEL" ;;
-    exec) shift; [ $# -gt 0 ] || fail "exec needs a command"; "$DOCKER" exec -i "$CONTROLLER" "$@" ;;
+    ps) dk ps -a --filter "label=$LABEL" ;;
+    exec) shift; [ $# -gt 0 ] || fail "exec needs a command"; dk exec -i "$CONTROLLER" "$@" ;;
     *) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac

@@ -9,13 +9,14 @@ from __future__ import annotations
 import contextlib
 import os
 import pathlib
-import re
 import shutil
 import subprocess
 import uuid
 
 import pytest
 
+from hostkit import HostError
+from hostkit.docker import Docker
 from tests.helpers import wait_until
 
 docker = pytest.importorskip(
@@ -57,13 +58,6 @@ def host_port(container, port: str) -> int:
         return int(bound[0]["HostPort"]) if bound else None
 
     return wait_until(published, timeout=30, what=f"{port} published")
-
-
-def dockerfile_arg(name: str) -> str:
-    """The Dockerfile's default for ARG name: the one place versions are pinned."""
-    match = re.search(rf"^ARG {name}=(.*)$", (ROOT / "Dockerfile").read_text(), re.M)
-    assert match, f"ARG {name} not in Dockerfile"
-    return match.group(1).strip()
 
 
 @pytest.fixture(scope="session")
@@ -181,11 +175,10 @@ def cluster(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess
 def have_compose() -> bool:
     if shutil.which("docker-compose"):
         return True
-    docker = shutil.which(os.environ.get("DOCKER", "docker"))
-    if docker is None:
+    try:
+        return Docker()("compose", "version", check=False).returncode == 0
+    except HostError:  # no docker CLI
         return False
-    result = subprocess.run([docker, "compose", "version"], capture_output=True, check=False)
-    return result.returncode == 0
 
 
 @pytest.fixture

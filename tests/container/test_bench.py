@@ -1,4 +1,4 @@
-"""`make bench`'s smoke (scripts/bench.py --quick): one small size, one repeat, on 2 pinned
+"""`make bench`'s smoke (hostkit/bench.py --quick): one small size, one repeat, on 2 pinned
 nodes of the local cluster. It checks the shape of what a run leaves and that every library,
 the link, training, scaling, launch, the Pipe reader and the elastic part (a join and a
 recovery) produced a figure; never a timing (the
@@ -38,9 +38,9 @@ def bench_env(client, image, tmp_path):
 
 def test_quick_bench_measures_every_part_and_cleans_up(client, bench_env, tmp_path):
     out = tmp_path / "bench"
-    cmd = [sys.executable, str(ROOT / "scripts/bench.py"), "--quick", "--out", str(out)]
+    cmd = [sys.executable, "-m", "hostkit.bench", "--quick", "--out", str(out)]
     run = subprocess.run(
-        cmd, env=bench_env, capture_output=True, text=True, timeout=900, check=False
+        cmd, env=bench_env, capture_output=True, text=True, timeout=900, check=False, cwd=ROOT
     )
     log = run.stdout + run.stderr
     assert run.returncode == 0, log

@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from tests.container.conftest import dockerfile_arg
+from hostkit import dockerfile
 
 pytestmark = pytest.mark.gpu_flavor
 
@@ -40,7 +40,7 @@ def test_built_from_the_pinned_sources(gpu, efa_built):
     status, out = gpu.run(["cat", "/opt/amazon/efa/SOURCE", "/opt/amazon/ofi-nccl/SOURCE"])
     assert status == 0, out
     for pkg, var in (("libfabric", "LIBFABRIC"), ("aws-ofi-nccl", "AWS_OFI_NCCL")):
-        version, sha = dockerfile_arg(f"{var}_VERSION"), dockerfile_arg(f"{var}_SHA256")
+        version, sha = dockerfile.arg(f"{var}_VERSION"), dockerfile.arg(f"{var}_SHA256")
         assert f"{pkg} {version} sha256:{sha} " in out, out
 
 
@@ -48,7 +48,7 @@ def test_fi_info_lists_the_efa_provider(gpu, efa_built):
     status, out = gpu.run(["bash", "-c", "command -v fi_info && fi_info --version && fi_info -l"])
     assert status == 0, out
     assert "/opt/amazon/efa/bin/fi_info" in out
-    assert f"libfabric: {dockerfile_arg('LIBFABRIC_VERSION')}" in out, out
+    assert f"libfabric: {dockerfile.arg('LIBFABRIC_VERSION')}" in out, out
     assert re.search(r"^efa:", out, re.M), out
     assert re.search(r"^shm:", out, re.M), out  # what efa uses within a host
 

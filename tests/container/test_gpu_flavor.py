@@ -14,7 +14,8 @@ import textwrap
 
 import pytest
 
-from tests.container.conftest import ROOT, dockerfile_arg
+from hostkit import dockerfile
+from tests.container.conftest import ROOT
 
 pytestmark = pytest.mark.gpu_flavor
 
@@ -86,7 +87,7 @@ print('SIZE', hvd.size(), 'CUDA', torch.cuda.is_available(), torch.version.cuda)
     assert "SIZE 1 CUDA False" in out, out
     cuda = re.search(r"CUDA False (\S+)", out).group(1)
     # The torch wheels' CUDA is the base image's CUDA (major.minor).
-    assert dockerfile_arg("CUDA_VERSION").startswith(cuda + "."), (cuda, out)
+    assert dockerfile.arg("CUDA_VERSION").startswith(cuda + "."), (cuda, out)
 
 
 def test_no_cuda_driver_or_stub_where_the_linker_looks(gpu):
@@ -127,7 +128,7 @@ all_reduce_perf -h 2>&1 | head -n 5 || true
 """
     status, out = gpu.run(["bash", "-c", script], timeout=120)
     assert status == 0, out
-    version, sha = dockerfile_arg("NCCL_TESTS_VERSION"), dockerfile_arg("NCCL_TESTS_SHA256")
+    version, sha = dockerfile.arg("NCCL_TESTS_VERSION"), dockerfile.arg("NCCL_TESTS_SHA256")
     assert f"nccl-tests {version} sha256:{sha} " in out, out  # built from the pinned tarball
     assert "UNRESOLVED" not in out, out
     assert int(re.search(r"BINARIES (\d+)", out).group(1)) >= 10, out
@@ -237,7 +238,7 @@ def test_docs_cuda_toolkit_recipe_builds_a_cuda_extension(gpu, tmp_path):
     """docs/pytorch.md's recipe for CUDA sources, run as written (its pip offline, from wheels
     downloaded here), then load_inline(cuda_sources=...) builds and imports with its nvcc."""
     block = recipe("pytorch.md", "**CUDA sources**")
-    wanted = dockerfile_arg("CUDA_TOOLKIT_WHEELS").split("==")[1]
+    wanted = dockerfile.arg("CUDA_TOOLKIT_WHEELS").split("==")[1]
     spec = re.search(r'pip install "(cuda-toolkit\[[^\]]+\]==([\d.]+))"', block)
     assert spec and spec.group(2) == wanted, f"not the Dockerfile's CUDA_TOOLKIT_WHEELS ({wanted})"
     status, out = gpu.run(["python", "-c", "import sys; print(*sys.version_info[:2], sep='.')"])

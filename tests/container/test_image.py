@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from tests.container.conftest import ROOT, dockerfile_arg
+from hostkit import dockerfile
+from tests.container.conftest import ROOT
 from tests.helpers import wait_until
 
 
@@ -64,9 +65,9 @@ def test_listed_packages_import_at_the_pinned_versions(containers):
     )
     assert code == 0, out
     versions = json.loads(out.strip().splitlines()[-1])
-    assert versions["torch"].split("+")[0] == dockerfile_arg("TORCH_VERSION")
-    assert versions["torchvision"].split("+")[0] == dockerfile_arg("TORCHVISION_VERSION")
-    assert versions["horovod"] == dockerfile_arg("HOROVOD_VERSION")
+    assert versions["torch"].split("+")[0] == dockerfile.arg("TORCH_VERSION")
+    assert versions["torchvision"].split("+")[0] == dockerfile.arg("TORCHVISION_VERSION")
+    assert versions["horovod"] == dockerfile.arg("HOROVOD_VERSION")
     pins = (ROOT / "docker" / "requirements.in").read_text()  # the pins the lock hashes
     assert f"matplotlib=={versions['matplotlib']}" in pins.splitlines()
 
@@ -215,8 +216,8 @@ def test_oci_labels_are_set(image):
     for key in ("version", "revision", "source"):
         value = labels.get(f"org.opencontainers.image.{key}")
         assert value and value != "unknown", (key, labels)
-    assert labels["io.github.pytorch-horovod.torch"] == dockerfile_arg("TORCH_VERSION")
-    assert labels["io.github.pytorch-horovod.horovod"] == dockerfile_arg("HOROVOD_VERSION")
+    assert labels["io.github.pytorch-horovod.torch"] == dockerfile.arg("TORCH_VERSION")
+    assert labels["io.github.pytorch-horovod.horovod"] == dockerfile.arg("HOROVOD_VERSION")
 
 
 def test_entrypoint_is_exec_form_and_our_pid1(image):

@@ -1,4 +1,4 @@
-"""The Kubernetes manifests run as their engines run them (scripts/k8s_sim.py): the MPI
+"""The Kubernetes manifests run as their engines run them (hostkit/k8s_sim.py): the MPI
 Operator's MPIJob, Kubeflow Trainer's TrainJob and Volcano's Job, each on 2 workers of the cpu
 image with the engine's keys, files, names and variables, the commands read from the YAML. Each
 job must really span both workers (world size 2, one rank on each: no silent collapse onto one
@@ -18,7 +18,6 @@ import pytest
 from tests.container.conftest import ROOT, RUN_ID
 from tests.helpers import elastic_coverage
 
-SIM = ROOT / "scripts" / "k8s_sim.py"
 ENGINES = ("mpijob", "trainer", "volcano")
 # The job's own bound; a lost node must end it long before.
 TIMEOUT = 240
@@ -33,12 +32,27 @@ def sim(client, image, tmp_path):
         engine: str, *extra: str, overlay: str | None = None, timeout: int = TIMEOUT
     ) -> tuple[int, dict]:
         out = tmp_path / f"{engine}.json"
-        cmd = [sys.executable, str(SIM), "--engine", engine, "--label", label, "--json", str(out)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "hostkit.k8s_sim",
+            "--engine",
+            engine,
+            "--label",
+            label,
+            "--json",
+            str(out),
+        ]
         cmd += ["--image", image.tags[0] if image.tags else image.id, "--timeout", str(timeout)]
         if overlay:
             cmd += ["--overlay", str(ROOT / "deploy" / "kubernetes" / "overlays" / overlay)]
         done = subprocess.run(
-            [*cmd, *extra], capture_output=True, text=True, timeout=timeout + 120, check=False
+            [*cmd, *extra],
+            capture_output=True,
+            text=True,
+            timeout=timeout + 120,
+            check=False,
+            cwd=ROOT,
         )
         assert out.exists(), f"no result: {done.stderr[-2000:]}"
         return done.returncode, json.loads(out.read_text())

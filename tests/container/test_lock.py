@@ -14,10 +14,11 @@ import subprocess
 
 import pytest
 
+from hostkit.docker import Docker
 from tests.container.conftest import ROOT, RUN_ID
 
-CONTEXT = ["Dockerfile", ".dockerignore", "docker", "entrypoint"]
-SCRIPTS = ["build.sh", "docker.sh", "local-base.sh"]
+CONTEXT = ["Dockerfile", ".dockerignore", "docker", "entrypoint", "hostkit"]
+SCRIPTS = ["build.sh", "docker.sh", "lib.sh", "local-base.sh"]
 VICTIM = "six"  # small, pure Python, and a dependency of the image (python-dateutil's)
 WRONG = hashlib.sha256(b"not the real file").hexdigest()
 
@@ -79,11 +80,7 @@ def test_a_changed_hash_in_the_lock_stops_the_build(client, image, context):
             check=False,
         )
     finally:
-        subprocess.run(
-            [env.get("DOCKER", "docker"), "rmi", "-f", f"pytorch-horovod-locktest:{tag}"],
-            capture_output=True,
-            check=False,
-        )
+        Docker(env.get("DOCKER"))("rmi", "-f", f"pytorch-horovod-locktest:{tag}", check=False)
     out = run.stdout + run.stderr
     assert run.returncode != 0, out[-3000:]
     assert "DO NOT MATCH THE HASHES" in out, out[-3000:]

@@ -17,8 +17,8 @@ import urllib.request
 
 import boto3
 import pytest
-from byoc_aws import common, push
 
+from hostkit.aws import common, push
 from tests.aws_fake import no_credentials
 from tests.container.conftest import RUN_ID
 from tests.helpers import wait_until

@@ -16,7 +16,7 @@ import pytest
 from tests.container.conftest import ROOT, dockerfile_arg
 
 PATH = "/opt/byoc/sbom.cdx.json"
-# scripts/sbom.py (make sbom): how it tells dpkg, python and source components apart.
+# hostkit/sbom.py (make sbom): how it tells dpkg, python and source components apart.
 origin = pytest.importorskip(
     "sbom", reason="cyclonedx-python-lib is not installed (make test does)"
 ).origin
@@ -98,15 +98,14 @@ def test_sources_carry_the_dockerfiles_sha256_and_our_patches(bom):
 def test_make_sbom_copies_and_validates_it(image, tmp_path):
     out = tmp_path / "sbom.json"
     run = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "sbom.py"), "--image", image.tags[0],
-         "--out", str(out)],
-        capture_output=True, text=True, timeout=120, check=False,
+        [sys.executable, "-m", "hostkit.sbom", "--image", image.tags[0], "--out", str(out)],
+        capture_output=True, text=True, timeout=120, check=False, cwd=ROOT,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
     assert "CycloneDX 1.6, valid" in run.stdout
     assert json.loads(out.read_text())["bomFormat"] == "CycloneDX"
     bad = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "sbom.py"), "--image", "no such image"],
-        capture_output=True, text=True, timeout=60, check=False,
+        [sys.executable, "-m", "hostkit.sbom", "--image", "no such image"],
+        capture_output=True, text=True, timeout=60, check=False, cwd=ROOT,
     )  # fmt: skip
     assert bad.returncode != 0 and "not an image reference" in bad.stderr

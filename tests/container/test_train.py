@@ -176,17 +176,6 @@ def test_worker_waits_for_a_leader_that_starts_late(job, tmp_path, given_key):
     assert (ml1 / "output" / "success").exists()
 
 
-@pytest.mark.parametrize("broken", ["hyperparameters.json", "resourceconfig.json"])
-def test_malformed_config_file_gives_clear_message(job, broken):
-    root = job.write("algo-1", ["algo-1"], {})
-    (root / "input" / "config" / broken).write_text('{"epochs": ')
-    c, _ = job.start("algo-1", write_config=False)
-    code, _ = job.wait_all(timeout=60)["algo-1"]
-    assert code == 2
-    assert f"{broken} is not valid JSON" in logs(c)
-    assert f"{broken} is not valid JSON" in (root / "output" / "failure").read_text()
-
-
 @pytest.mark.parametrize(
     "launcher, program",
     [("horovod", None), ("torchrun", None), ("horovod", "/opt/byoc/examples/train_elastic.py")],

@@ -11,8 +11,10 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import horovod_suites
 import pytest
+
+import hostkit.docker
+from hostkit import horovod_suites
 
 pytestmark = pytest.mark.gpu
 IMAGE = os.environ.get("BYOC_IMAGE", "pytorch-horovod:gpu")
@@ -39,10 +41,9 @@ def gpus():
 def docker_run(
     *command: str, timeout: float = 600, flags: tuple[str, ...] = ()
 ) -> subprocess.CompletedProcess:
-    docker = os.environ.get("DOCKER", "docker")
     return subprocess.run(
         [
-            docker,
+            *hostkit.docker.command(),
             "run",
             "--rm",
             "--gpus",
@@ -216,7 +217,8 @@ def test_horovods_own_suites_with_nccl_one_rank_per_gpu(gpus):
         pytest.skip(f"{gpus} GPU: Horovod's parallel suites need 2 ranks, and NCCL one GPU each")
     cmd = [
         "python3",
-        "scripts/horovod_suites.py",
+        "-m",
+        "hostkit.horovod_suites",
         "--require-source",
         "--image",
         IMAGE,

@@ -4,12 +4,14 @@
 # flavor on them with the unchanged Dockerfile. CUDA_VERSION follows the Dockerfile's pin.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-DOCKER=${DOCKER:-$(scripts/docker.sh client)}
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
+docker_init "$(scripts/docker.sh client)"
 LOCAL_BASE=${LOCAL_BASE:-pytorch-horovod-base:bookworm}
 STANDIN=${STANDIN:-pytorch-horovod-standin}
 say() { echo "standin: $*" >&2; }
-cuda=$(sed -n -E 's/^ARG CUDA_VERSION=(.*)$/\1/p' Dockerfile | head -n 1)
-"$DOCKER" image inspect "$LOCAL_BASE" >/dev/null 2>&1 || DOCKER=$DOCKER scripts/local-base.sh "$LOCAL_BASE"
+cuda=$(pin CUDA_VERSION)
+dk image inspect "$LOCAL_BASE" >/dev/null 2>&1 || scripts/local-base.sh "$LOCAL_BASE"
 args=(--build-arg "BASE_IMAGE=$LOCAL_BASE" --build-arg "CUDA_VERSION=$cuda"
       --build-arg "CUDA_WHEELS=cuda-toolkit[nvcc,cccl,cudart,crt,nvvm]==$cuda")
 ca=$(scripts/docker.sh ca)
@@ -17,7 +19,7 @@ ca=$(scripts/docker.sh ca)
 start=$SECONDS
 for target in base devel; do
     say "building $STANDIN:$target (CUDA $cuda wheels on $LOCAL_BASE)"
-    DOCKER_BUILDKIT=1 "$DOCKER" build --progress=plain "${args[@]}" --target "$target" \
+    DOCKER_BUILDKIT=1 dk build --progress=plain "${args[@]}" --target "$target" \
         -t "$STANDIN:$target" tests/standin
 done
 say "built $STANDIN:base and :devel in $((SECONDS - start)) s"

@@ -531,7 +531,7 @@ def test_driver_refuses_bad_arguments_before_doing_anything(argv, tmp_path, monk
     ],
 )
 def test_make_bench_refuses_bad_arguments_before_starting_a_cluster(argv, tmp_path, monkeypatch):
-    import bench  # scripts/bench.py
+    from hostkit import bench
 
     started = []
     monkeypatch.setattr(bench.subprocess, "run", lambda *a, **k: started.append(a))
@@ -543,7 +543,7 @@ def test_make_bench_refuses_bad_arguments_before_starting_a_cluster(argv, tmp_pa
 
 @pytest.mark.parametrize("argv", [["--repeats", "0"], ["--repeats", "7"], ["--timeout", "1"]])
 def test_elastic_bench_refuses_bad_arguments_before_starting_a_cluster(argv, monkeypatch):
-    import elastic_bench  # scripts/elastic_bench.py
+    from hostkit import elastic_bench
 
     started = []
     monkeypatch.setattr(elastic_bench.subprocess, "run", lambda *a, **k: started.append(a))
@@ -554,7 +554,7 @@ def test_elastic_bench_refuses_bad_arguments_before_starting_a_cluster(argv, mon
 
 
 def test_elastic_bench_times_rank_0s_first_step_at_the_new_size(tmp_path):
-    import elastic_bench
+    from hostkit import elastic_bench
 
     log = tmp_path / "job.log"
     log.write_text(

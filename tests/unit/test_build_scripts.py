@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from hostkit import dockerfile
+
 ROOT = Path(__file__).resolve().parents[2]
 BUILD_EFA = ROOT / "docker/build/build-efa.sh"
 GIT_ARCHIVE = ROOT / "scripts/git-archive.sh"
@@ -71,11 +73,7 @@ def test_git_archive_refuses_what_is_not_the_pin(tmp_path, pkg, version_arg, sha
     out = tmp_path / f"{pkg}.tar.gz"
     result = run(["bash", str(GIT_ARCHIVE), pkg, str(repo / ".git"), str(out)])
     assert result.returncode == 1 and "has no tag v" in result.stderr, result.stderr
-    version = next(
-        line.split("=", 1)[1]
-        for line in (ROOT / "Dockerfile").read_text().splitlines()
-        if line.startswith(f"ARG {version_arg}=")
-    )
+    version = dockerfile.arg(version_arg)
     subprocess.run([*git, "tag", f"v{version}"], check=True)
     result = run(["bash", str(GIT_ARCHIVE), pkg, str(repo / ".git"), str(out)])
     assert result.returncode == 1, result.stderr

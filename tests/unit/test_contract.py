@@ -293,12 +293,13 @@ def test_failure_and_success_files(tmp_path):
 
 
 def test_the_contracts_limits_and_the_host_tools_copies_are_sagemakers_own():
-    """config.py (the image) and scripts/byoc_aws (host tools, no import of byoc) each hold the
+    """config.py (the image) and hostkit/aws (host tools, no import of byoc) each hold the
     platform's limits and the SM_* spelling; both are held here against botocore's model and
     each other, so neither can drift."""
     import botocore.session
-    import local_train
-    from byoc_aws import launch, limits
+
+    from hostkit import local_train
+    from hostkit.aws import launch, limits
 
     model = botocore.session.get_session().get_service_model("sagemaker")
 

@@ -98,7 +98,7 @@ def test_build_arg_is_documented(arg):
 # SM_HP_ + the hyperparameter, BYOC_DISCOVER_ in the list of variables SSH sessions get): it is
 # documented when the docs spell it with anything after it (`SM_CHANNEL_<NAME>`, `SM_HP_*`,
 # `BYOC_DISCOVER_HOSTS`). Every other name must appear whole.
-SOURCES = ["entrypoint", "scripts", "docker", "deploy", "Dockerfile", "Makefile"]
+SOURCES = ["entrypoint", "hostkit", "scripts", "docker", "deploy", "Dockerfile", "Makefile"]
 VARIABLE = re.compile(r"\b(?:BYOC|SM)_[A-Z0-9_]+\b")
 # Python identifiers that match the pattern but are no environment variable: the two constants
 # holding the prefixes SM_CHANNEL_ and SM_HP_ (which are checked as prefixes), and the path of

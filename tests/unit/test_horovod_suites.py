@@ -1,4 +1,4 @@
-"""scripts/horovod_suites.py without Docker: the expected-failures file and its refusals, the
+"""hostkit/horovod_suites.py without Docker: the expected-failures file and its refusals, the
 verdict on JUnit reports and rank exit statuses, the source archive's checks, the arguments;
 scripts/canary.sh's refusals."""
 
@@ -11,8 +11,10 @@ import subprocess
 import tarfile
 from pathlib import Path
 
-import horovod_suites as hs
 import pytest
+
+from hostkit import HostError
+from hostkit import horovod_suites as hs
 
 ROOT = Path(__file__).resolve().parents[2]
 TORCH = hs.SUITES[0]
@@ -71,17 +73,17 @@ def test_the_repository_list_loads_and_every_entry_names_a_known_suite():
 )
 def test_a_bad_list_is_refused_naming_the_file_and_entry(tmp_path, text, message):
     path = write(tmp_path / "expected.toml", text)
-    with pytest.raises(hs.SuiteError) as exc:
+    with pytest.raises(HostError) as exc:
         hs.load_expected(path)
     assert str(path) in str(exc.value) and message in str(exc.value)
 
 
 def test_an_unreadable_list_is_refused(tmp_path):
-    with pytest.raises(hs.SuiteError, match="cannot read it"):
+    with pytest.raises(HostError, match="cannot read it"):
         hs.load_expected(tmp_path / "missing.toml")
     path = tmp_path / "binary.toml"
     path.write_bytes(b"\xff\xfe\x00")
-    with pytest.raises(hs.SuiteError, match="cannot read it"):
+    with pytest.raises(HostError, match="cannot read it"):
         hs.load_expected(path)
 
 
@@ -210,7 +212,7 @@ def test_only_test_tree_is_extracted(tmp_path, monkeypatch):
 
 
 def test_an_archive_without_tests_or_with_escapes_is_refused(tmp_path):
-    with pytest.raises(hs.SuiteError, match="has no <name>/test/ tree"):
+    with pytest.raises(HostError, match="has no <name>/test/ tree"):
         hs.extract_tests(tarball(tmp_path / "a.tar.gz", {"x/setup.py": b""}), tmp_path / "o1")
     evil = tarball(tmp_path / "b.tar.gz", {"x/test/../../../escaped": b"owned"})
     with pytest.raises(tarfile.FilterError):
@@ -221,26 +223,26 @@ def test_an_archive_without_tests_or_with_escapes_is_refused(tmp_path):
 def test_a_test_fix_that_no_longer_applies_is_refused(tmp_path):
     # Upstream's file differs from what our patch expects: refused, naming the patch.
     members = {f"horovod-0.28.1/test/{s.path}": b"changed\n" for s in hs.SUITES}
-    with pytest.raises(hs.SuiteError, match="does not apply to the tag's tests"):
+    with pytest.raises(HostError, match="does not apply to the tag's tests"):
         hs.extract_tests(tarball(tmp_path / "s.tar.gz", members), tmp_path / "out")
 
 
 def test_a_given_source_must_be_the_pinned_archive(tmp_path):
-    with pytest.raises(hs.SuiteError, match="is not a file"):
+    with pytest.raises(HostError, match="is not a file"):
         hs.source_tarball(tmp_path / "missing.tar.gz", tmp_path)
     bogus = tarball(tmp_path / "bogus.tar.gz", {"horovod-0.28.1/test/x": b""})
-    with pytest.raises(hs.SuiteError, match="is not Horovod v.*tag archive"):
+    with pytest.raises(HostError, match="is not Horovod v.*tag archive"):
         hs.source_tarball(bogus, tmp_path)
     assert not list(tmp_path.glob("horovod-*.tar.gz*"))
 
 
 def test_no_mirror_and_no_network_skips_saying_why(tmp_path, monkeypatch):
     monkeypatch.setenv("BYOC_GIT_MIRRORS", str(tmp_path / "no-mirrors"))
-    real = hs.dockerfile_arg
+    real = hs.dockerfile.arg
     # Loopback's discard port refuses at once: the 'cannot be reached' path, no traffic out.
     monkeypatch.setattr(
-        hs,
-        "dockerfile_arg",
+        hs.dockerfile,
+        "arg",
         lambda n: "http://127.0.0.1:9/h.tar.gz" if n == "HOROVOD_SRC_URL" else real(n),
     )
     got, why = hs.source_tarball(None, tmp_path)
@@ -324,7 +326,7 @@ def test_a_non_strict_entry_may_pass_and_is_noted(tmp_path):
     v = hs.judge("img", TORCH, "gloo", passing, expected, [], 1.0)
     assert v.ok and v.flaky_passed == ["parallel/test_torch.py::TorchTests::test_listed"]
     assert hs.stale_entries(expected[1:], [v]) == []
-    with pytest.raises(hs.SuiteError, match="'strict' must be true or false"):
+    with pytest.raises(HostError, match="'strict' must be true or false"):
         hs.load_expected(write(tmp_path / "bad.toml", entry(strict="no")))
 
 

@@ -1,5 +1,5 @@
 """deploy/kubernetes: every overlay rendered and validated against the pinned CRDs, the roles the
-image plays in each engine's objects, and broken manifests that must fail (scripts/k8s_validate.py).
+image plays in each engine's objects, and broken manifests that must fail (hostkit/k8s_validate.py).
 """
 
 from __future__ import annotations
@@ -8,9 +8,10 @@ import copy
 import re
 from pathlib import Path
 
-import k8s_validate as kv
 import pytest
 import yaml
+
+from hostkit import k8s_validate as kv
 
 EXAMPLES = kv.ROOT / "docker" / "examples"
 IMAGE_EXAMPLES = "/opt/byoc/examples/"

@@ -1,12 +1,12 @@
-"""scripts/k8s_sim.py's pure parts: what each engine derives from the rendered overlays (names,
+"""hostkit/k8s_sim.py's pure parts: what each engine derives from the rendered overlays (names,
 hostfiles, variables, key modes), Kubernetes' command/args semantics, and what it refuses. The
 runs themselves are tests/container/test_k8s_sim.py."""
 
 from __future__ import annotations
 
-import k8s_sim
-import k8s_validate
 import pytest
+
+from hostkit import HostError, k8s_sim, k8s_validate
 
 OVERLAYS = k8s_validate.OVERLAYS_DIR
 
@@ -69,7 +69,7 @@ def test_volcano_writes_the_svc_and_ssh_plugins_files_and_mpi_host():
 @pytest.mark.parametrize("overlay", ["mpijob-gpu", "trainer-gpu-efa", "volcano-gpu"])
 def test_devices_are_refused_not_faked(overlay):
     engine = overlay.split("-")[0]
-    with pytest.raises(k8s_sim.SimError, match="not simulated"):
+    with pytest.raises(HostError, match="not simulated"):
         planned(engine, overlay)
 
 
@@ -114,7 +114,7 @@ def test_what_docker_cannot_give_or_should_not_is_refused():
     worker["template"]["spec"]["containers"][0]["securityContext"] = {
         "capabilities": {"add": ["SYS_ADMIN"]}
     }
-    with pytest.raises(k8s_sim.SimError, match="SYS_ADMIN"):
+    with pytest.raises(HostError, match="SYS_ADMIN"):
         k8s_sim.plan("mpijob", objects, 2)
 
 
@@ -122,7 +122,7 @@ def test_what_docker_cannot_give_or_should_not_is_refused():
 def test_volcano_plugin_arguments_must_be_key_value(args):
     objects = k8s_validate.render(OVERLAYS / "volcano-cpu")
     objects_of(objects, "Job")["spec"]["plugins"]["mpi"] = args
-    with pytest.raises(k8s_sim.SimError, match="not --key=value"):
+    with pytest.raises(HostError, match="not --key=value"):
         k8s_sim.plan("volcano", objects, 2)
 
 

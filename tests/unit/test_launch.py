@@ -13,8 +13,9 @@ import botocore.exceptions
 import botocore.session
 import pytest
 from byoc import config as entry_config
-from byoc_aws import common, launch
 
+from hostkit import local_train
+from hostkit.aws import common, launch
 from tests.aws_fake import ACCOUNT, no_credentials
 
 ROLE = f"arn:aws:iam::{ACCOUNT}:role/SageMakerTraining"
@@ -469,3 +470,26 @@ def test_no_credentials_is_a_clear_error(aws_env, source, capsys, monkeypatch):
     # A dry run still works: it shows placeholders for the account.
     assert common.run(launch.main, [*full_args(source), "--dry-run"]) == 0
     assert "sagemaker-us-east-1-<account>" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("launcher", "slots", "key"),
+    [
+        ("horovod", "8", ("mpi", "8", None)),
+        ("horovod", None, ("mpi", None, None)),
+        ("torchrun", None, ("torch_distributed", None, None)),
+    ],
+)
+def test_local_train_writes_what_launch_sends(aws_env, source, tmp_path, launcher, slots, key):
+    """make local-train and make launch render one job description (hostkit.job): for the same
+    distribution, the same hyperparameters as the SageMaker SDK sends them."""
+    argv = ["--launcher", launcher, "--out", str(tmp_path / "out"), "--source-dir", str(source)]
+    argv += ["--entry-point", "train.py", "--instance-type", "ml.p4d.24xlarge"]
+    if slots is not None:
+        argv += ["--slots", slots]
+    local = local_train.hyperparameters(local_train.parse_args(argv))
+    assert local == {
+        **SDK_DISTRIBUTION_HPS[key],
+        "sagemaker_program": '"train.py"',
+        "sagemaker_submit_directory": '"/opt/ml/code"',
+    }

@@ -10,7 +10,7 @@ import pytest
 
 NO_LIB = "cyclonedx-python-lib is not installed (make test does)"
 write_sbom = pytest.importorskip("write_sbom", reason=NO_LIB)
-origin = pytest.importorskip("sbom", reason=NO_LIB).origin  # scripts/sbom.py, make sbom's
+origin = pytest.importorskip("hostkit.sbom", reason=NO_LIB).origin  # make sbom's
 
 STATUS = """Package: libfoo1
 Status: install ok installed

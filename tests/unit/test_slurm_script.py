@@ -1,4 +1,4 @@
-"""scripts/slurm.sh and `cluster.sh on` refuse bad input before they touch Docker or the disk:
+"""scripts/slurm.sh and scripts/cluster.sh refuse bad input before they touch Docker or the disk:
 a message naming the argument or variable, a non-zero exit, nothing made."""
 
 from __future__ import annotations
@@ -62,3 +62,11 @@ def test_cluster_sh_on_refuses_what_is_not_a_node(tmp_path, node):
     done = run("cluster.sh", "on", node, "true", tmp_path=tmp_path)
     assert done.returncode != 0
     assert "on needs a node name, node0..node7" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("nodes", ["0", "9", "two", "2;true"])
+def test_cluster_sh_up_refuses_a_bad_node_count(tmp_path, nodes):
+    """Refused before any Docker call ($DOCKER does not exist) and before anything is made."""
+    done = run("cluster.sh", "up", nodes, tmp_path=tmp_path)
+    assert done.returncode != 0
+    assert "NODES must be a number from 1 to 8" in done.stderr, done.stderr

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.unit.test_contract import make_tree
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,13 +68,14 @@ def test_oom_kill_is_reported_as_memory(tmp_path):
     assert "out of memory" in (ml / "output" / "failure").read_text()
 
 
-def test_malformed_config_is_exit_2_with_message(tmp_path):
+@pytest.mark.parametrize("broken", ["hyperparameters.json", "resourceconfig.json"])
+def test_malformed_config_is_exit_2_with_message(tmp_path, broken):
     ml = make_tree(tmp_path, hosts=["algo-1"])
-    (ml / "input" / "config" / "resourceconfig.json").write_text("{oops")
+    (ml / "input" / "config" / broken).write_text('{"epochs": ')
     result = run_train(ml)
     assert result.returncode == 2
-    assert "Invalid job configuration" in result.stderr and "resourceconfig.json" in result.stderr
-    assert "resourceconfig.json is not valid JSON" in (ml / "output" / "failure").read_text()
+    assert "Invalid job configuration" in result.stderr and broken in result.stderr
+    assert f"{broken} is not valid JSON" in (ml / "output" / "failure").read_text()
 
 
 def test_missing_entry_point(tmp_path):

@@ -1,5 +1,5 @@
 """`make bench`'s driver, run on the first host of any cluster of the image (the local one that
-scripts/bench.py starts, a dev-mode pair, a user's p4d pair over SSH):
+hostkit/bench.py starts, a dev-mode pair, a user's p4d pair over SSH):
 
     python -m byoc.bench.run --hosts node0,node1 --out /workspace/bench/<stamp> [--quick]
 

@@ -1,4 +1,4 @@
-"""Hostile input to the host tools: scripts/local_train.py, byoc_aws.launch and byoc_aws.push.
+"""Hostile input to the host tools: hostkit/local_train.py, hostkit.aws.launch and hostkit.aws.push.
 
 Every case checks the exit code (2 for bad input), that the message names the option, that no
 traceback came instead, and that nothing was written or deleted outside its place: tmp_path is
@@ -21,14 +21,14 @@ from pathlib import Path
 
 import boto3
 import botocore.exceptions
-import local_train
 import pytest
-from byoc_aws import common, launch, limits, push
 
+from hostkit import local_train
+from hostkit.aws import common, launch, limits, push
 from tests.aws_fake import ACCOUNT
 
 ROOT = Path(__file__).resolve().parents[3]
-SCRIPT = ROOT / "scripts" / "local_train.py"
+LOCAL_TRAIN = ["-m", "hostkit.local_train"]  # with ROOT on PYTHONPATH
 JOB = "hostile-job"
 ROLE = f"arn:aws:iam::{ACCOUNT}:role/SageMakerTraining"
 IMAGE = f"{ACCOUNT}.dkr.ecr.us-east-1.amazonaws.com/pytorch-horovod:gpu"
@@ -134,10 +134,10 @@ def local(place, capsys, argv, cli=False, env=None) -> tuple[int, str]:
             code = exc.code
         captured = capsys.readouterr()
         return code, captured.out + captured.err
-    full = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", **(env or {})}
+    full = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": str(ROOT), **(env or {})}
     start = time.monotonic()
     result = subprocess.run(
-        [sys.executable, str(SCRIPT), *args],
+        [sys.executable, *LOCAL_TRAIN, *args],
         capture_output=True,
         text=True,
         env=full,
@@ -327,13 +327,16 @@ def test_launch_injection(aws_env, tmp_path, capsys, argv, words):
 
 
 @pytest.fixture
-def fake_docker_sdk(monkeypatch):
-    """A docker module that records being asked anything: bad input must not get that far."""
-    asked = []
-    module = types.ModuleType("docker")
-    module.from_env = lambda *a, **kw: asked.append("from_env") or pytest.fail("docker asked")
-    monkeypatch.setitem(sys.modules, "docker", module)
-    return asked
+def docker_asked(tmp_path_factory, monkeypatch):
+    """A docker CLI ($DOCKER) that records being asked anything: bad input must not get that
+    far. Returns what it was asked."""
+    where = tmp_path_factory.mktemp("docker-cli")
+    log = where / "asked.log"
+    cli = where / "docker"
+    cli.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$*\" >> {log}\nexit 1\n")
+    cli.chmod(0o755)
+    monkeypatch.setenv("DOCKER", str(cli))
+    return lambda: log.read_text().splitlines() if log.exists() else []
 
 
 @pytest.mark.parametrize(
@@ -348,12 +351,12 @@ def fake_docker_sdk(monkeypatch):
         pytest.param(["--region", "us-east-1 x"], ["--region"], id="region-space"),
     ],
 )
-def test_push_injection(aws_env, tmp_path, capsys, fake_docker_sdk, argv, words):
+def test_push_injection(aws_env, tmp_path, capsys, docker_asked, argv, words):
     before = listing(tmp_path)
     assert tool(push.main, argv) == 2
     err = capsys.readouterr().err
     assert all(word in err for word in words), err
-    assert fake_docker_sdk == []
+    assert docker_asked() == []
     assert listing(tmp_path) == before
     nothing_in_aws()
 
@@ -467,10 +470,10 @@ def test_launch_path_traversal(aws_env, tmp_path, capsys, argv, words):
     refused_by_launch(tmp_path, capsys, argv, words)
 
 
-def test_push_repository_traversal(aws_env, tmp_path, capsys, fake_docker_sdk):
+def test_push_repository_traversal(aws_env, tmp_path, capsys, docker_asked):
     assert tool(push.main, ["--repository", "../team/x"]) == 2
     assert "--repository '../team/x'" in capsys.readouterr().err
-    assert fake_docker_sdk == []
+    assert docker_asked() == []
     nothing_in_aws()
 
 
@@ -635,12 +638,12 @@ def test_launch_base_job_name_too_long_is_refused_before_aws(aws_env, tmp_path, 
         pytest.param(["--tag", "t" * 129], ["--tag"], id="tag-long"),
     ],
 )
-def test_push_silent_acceptance(aws_env, tmp_path, capsys, fake_docker_sdk, argv, words):
+def test_push_silent_acceptance(aws_env, tmp_path, capsys, docker_asked, argv, words):
     before = listing(tmp_path)
     assert tool(push.main, argv) == 2
     err = capsys.readouterr().err
     assert all(word in err for word in words), err
-    assert fake_docker_sdk == []
+    assert docker_asked() == []
     assert listing(tmp_path) == before
     nothing_in_aws()
 
@@ -726,8 +729,10 @@ def test_local_train_with_docker_not_executable(place, capsys):
     refused_locally(place, capsys, [], 126, ["DOCKER=", "not an executable"], True, env)
 
 
-def test_local_train_with_an_unparsable_docker_variable(place, capsys):
-    refused_locally(place, capsys, [], 2, ["DOCKER=", "quotation"], True, {"DOCKER": "'docker"})
+def test_local_train_with_a_docker_variable_naming_no_program(place, capsys):
+    refused_locally(
+        place, capsys, [], 127, ["'docker", "is not on PATH"], True, {"DOCKER": "'docker --x"}
+    )
 
 
 def test_local_train_without_botocore_still_refuses(place):
@@ -738,7 +743,7 @@ def test_local_train_without_botocore_still_refuses(place):
             sys.executable,
             "-S",
             "-B",
-            str(SCRIPT),
+            *LOCAL_TRAIN,
             "--out",
             str(place.out),
             "--hp",
@@ -748,6 +753,7 @@ def test_local_train_without_botocore_still_refuses(place):
         text=True,
         timeout=120,
         check=False,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert result.returncode == 2, result.stderr
     assert "--hp 'kkk" in result.stderr and "HyperParameterKey allows 0-256" in result.stderr
@@ -842,8 +848,8 @@ def test_launch_connection_lost_at_create_leaves_no_tarball(aws_env, tmp_path, c
     assert listing(tmp_path) == before
 
 
-def test_push_with_an_empty_region(aws_env, tmp_path, capsys, fake_docker_sdk):
+def test_push_with_an_empty_region(aws_env, tmp_path, capsys, docker_asked):
     assert tool(push.main, ["--region", ""]) == 2
     assert "--region ''" in capsys.readouterr().err
-    assert fake_docker_sdk == []
+    assert docker_asked() == []
     nothing_in_aws()

@@ -1,7 +1,7 @@
 """Push the built image to ECR and print the image_uri to give SageMaker.
 
     make push FLAVOR=gpu [ECR_REPOSITORY=pytorch-horovod] [PUSH_ARGS=--immutable]
-    PYTHONPATH=scripts python -m byoc_aws.push --image pytorch-horovod:gpu --repository NAME
+    python -m hostkit.aws.push --image pytorch-horovod:gpu --repository NAME
 
 Steps: check the local image and the repository name; create the ECR repository when missing
 (scan on push; --immutable for immutable tags); log Docker in with an ECR authorization token;
@@ -13,14 +13,19 @@ from __future__ import annotations
 
 import argparse
 import base64
+import json
 import re
+import subprocess
 import sys
+import tempfile
 import time
 
 import botocore.exceptions
 
-from byoc_aws import limits
-from byoc_aws.common import ToolError, aws_error, check_region, connect, run, say
+from hostkit import HostError
+from hostkit.aws import limits
+from hostkit.aws.common import aws_error, check_region, connect, run, say
+from hostkit.docker import Docker
 
 LABEL = "io.github.pytorch-horovod."
 OCI = "org.opencontainers.image."
@@ -29,12 +34,13 @@ REPOSITORY_RE = re.compile(r"^(?:[a-z0-9]+(?:[._-][a-z0-9]+)*/)*[a-z0-9]+(?:[._-
 TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 # A registry is a host (DNS name, IPv4 or [IPv6]) with an optional port: no scheme, path or user.
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+DIGEST_RE = re.compile(r"digest: (sha256:[0-9a-f]{64})")  # docker push's last line
 REGISTRY_RE = re.compile(rf"(?:{_LABEL}(?:\.{_LABEL})*|\[[0-9A-Fa-f:.]+\])(?::([0-9]{{1,5}}))?")
 
 
 def check_repository_name(name: str) -> None:
     if not 2 <= len(name) <= 256 or not REPOSITORY_RE.fullmatch(name):
-        raise ToolError(
+        raise HostError(
             f"--repository {name!r} is not a valid ECR repository name: lower-case letters, "
             "digits and . _ - / separators, 2-256 characters (e.g. ml/pytorch-horovod)"
         )
@@ -43,7 +49,7 @@ def check_repository_name(name: str) -> None:
 def check_registry(registry: str) -> None:
     match = REGISTRY_RE.fullmatch(registry)
     if not match or len(registry) > 255 or not 1 <= int(match.group(1) or 443) <= 65535:
-        raise ToolError(
+        raise HostError(
             f"--registry {registry!r}: a registry HOST[:PORT], without scheme, path or user "
             "(e.g. 123456789012.dkr.ecr.us-east-1.amazonaws.com, localhost:5000)"
         )
@@ -59,7 +65,7 @@ def version_tag(labels: dict[str, str], image_id: str) -> str:
     torch = labels.get(LABEL + "torch")
     horovod = labels.get(LABEL + "horovod")
     if not (flavor and torch and horovod):
-        raise ToolError(
+        raise HostError(
             "the image has no pytorch-horovod labels (flavor, torch, horovod): build it with "
             "`make build`"
         )
@@ -75,7 +81,7 @@ def version_tag(labels: dict[str, str], image_id: str) -> str:
         parts.append(f"img{image_id.rsplit(':', maxsplit=1)[-1][:12]}")
     tag = re.sub(r"[^A-Za-z0-9_.-]", "_", "-".join(parts))
     if not TAG_RE.fullmatch(tag):
-        raise ToolError(f"could not make a valid tag from the labels: {tag!r}")
+        raise HostError(f"could not make a valid tag from the labels: {tag!r}")
     return tag
 
 
@@ -102,70 +108,54 @@ def ensure_repository(ecr, name: str, immutable: bool) -> tuple[dict, bool]:
     return repo, True
 
 
-def login(ecr, docker_client, registry: str | None) -> tuple[str, dict]:
-    """(registry host, auth config) from an ECR authorization token; Docker logged in."""
+def login(ecr, docker: Docker, registry: str | None) -> str:
+    """The registry host, Docker logged in to it with an ECR authorization token (in the
+    push's own Docker config: the token is not left in yours)."""
     try:
         data = ecr.get_authorization_token()["authorizationData"][0]
     except botocore.exceptions.ClientError as exc:
         raise aws_error("ecr:GetAuthorizationToken", exc) from None
     user, _, password = base64.b64decode(data["authorizationToken"]).decode().partition(":")
     host = registry or re.sub(r"^https?://", "", data["proxyEndpoint"]).rstrip("/")
-    auth = {"username": user, "password": password, "serveraddress": host}
-    try:
-        docker_client.login(username=user, password=password, registry=host, reauth=True)
-    except Exception as exc:  # noqa: BLE001 - docker.errors.APIError and connection errors
-        raise ToolError(f"docker login to {host} failed: {exc}", 1) from None
-    return host, auth
+    done = docker(
+        "login",
+        "--username",
+        user,
+        "--password-stdin",
+        host,
+        input=password,
+        check=False,
+        timeout=120,
+    )
+    if done.returncode != 0:
+        raise HostError(f"docker login to {host} failed: {done.stderr.strip()[-2000:]}", 1)
+    return host
 
 
-class PushProgress:
-    """One line per layer state, and the share of bytes sent every ~10 %."""
-
-    def __init__(self) -> None:
-        self.layers: dict[str, tuple[int, int]] = {}
-        self.states: dict[str, str] = {}
-        self.shown = -10
-        self.start = time.monotonic()
-
-    def feed(self, event: dict) -> None:
-        layer, status = event.get("id"), event.get("status", "")
-        detail = event.get("progressDetail") or {}
-        if layer and detail.get("total"):
-            self.layers[layer] = (detail.get("current", 0), detail["total"])
-        if (
-            layer
-            and status
-            and not status.startswith("Pushing")
-            and self.states.get(layer) != status
-        ):
-            self.states[layer] = status
-            say(f"  {layer}: {status}")
-        sent = sum(c for c, _ in self.layers.values())
-        total = sum(t for _, t in self.layers.values())
-        if total:
-            percent = int(100 * sent / total)
-            if percent >= self.shown + 10:
-                self.shown = percent - percent % 10
-                say(
-                    f"  pushed {sent / 1e6:.0f} of {total / 1e6:.0f} MB ({percent} %) "
-                    f"in {time.monotonic() - self.start:.0f} s"
-                )
-
-
-def push_tag(docker_client, repository: str, tag: str, auth: dict) -> str:
-    """Push one tag with progress; its digest."""
-    progress = PushProgress()
-    digest = None
-    for event in docker_client.api.push(
-        repository, tag=tag, stream=True, decode=True, auth_config=auth
-    ):
-        if "error" in event:
-            raise ToolError(f"push of {repository}:{tag} failed: {event['error']}", 1)
-        aux = event.get("aux") or {}
-        digest = aux.get("Digest", digest)
-        progress.feed(event)
+def push_tag(docker: Docker, repository: str, tag: str) -> str:
+    """Push one tag, each layer's state as docker says it; the pushed digest."""
+    start = time.monotonic()
+    proc = docker.popen(
+        "push",
+        f"{repository}:{tag}",
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+    )
+    assert proc.stdout is not None
+    digest, lines = None, []
+    for raw in proc.stdout:
+        line = raw.rstrip()
+        lines.append(line)
+        say(f"  {line}")
+        found = DIGEST_RE.search(line)
+        digest = found.group(1) if found else digest
+    if proc.wait() != 0:
+        raise HostError(f"push of {repository}:{tag} failed: {' / '.join(lines[-3:])}", 1)
     if not digest:
-        raise ToolError(f"push of {repository}:{tag} reported no digest", 1)
+        raise HostError(f"push of {repository}:{tag} reported no digest", 1)
+    say(f"  pushed {repository}:{tag} in {time.monotonic() - start:.0f} s")
     return digest
 
 
@@ -186,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     check_repository_name(args.repository)
     for extra in args.tag:
         if not TAG_RE.fullmatch(extra):
-            raise ToolError(
+            raise HostError(
                 f"--tag {extra!r} is not a valid Docker tag (letters, digits, _ . -; at most 128; "
                 "not starting with . or -)"
             )
@@ -195,20 +185,18 @@ def main(argv: list[str] | None = None) -> int:
     check_region(args.region)
     problem = limits.image_problem(args.image)
     if problem:
-        raise ToolError(f"--image {args.image!r} {problem}")
-    try:
-        import docker
-
-        docker_client = docker.from_env()
-        image = docker_client.images.get(args.image)
-    except ImportError:
-        raise ToolError("the Docker SDK is missing: run this through `make push`") from None
-    except Exception as exc:  # noqa: BLE001 - docker.errors.ImageNotFound, engine down
-        raise ToolError(
-            f"image {args.image} not found locally ({exc}): `make build` first"
-        ) from None
-    labels = image.labels or {}
-    tag = version_tag(labels, image.id)
+        raise HostError(f"--image {args.image!r} {problem}")
+    docker = Docker()
+    inspect = docker(
+        "image", "inspect", "--format", "{{json .Config.Labels}} {{.Id}}", args.image, check=False
+    )
+    if inspect.returncode != 0:
+        raise HostError(
+            f"image {args.image} not found locally ({inspect.stderr.strip()}): `make build` first"
+        )
+    labels_json, _, image_id = inspect.stdout.strip().rpartition(" ")
+    labels = json.loads(labels_json) or {}
+    tag = version_tag(labels, image_id)
     flavor = labels.get(LABEL + "flavor", "")
 
     aws = connect(args.region)
@@ -216,23 +204,21 @@ def main(argv: list[str] | None = None) -> int:
     repo, created = ensure_repository(ecr, args.repository, args.immutable)
     say(("created" if created else "using") + f" ECR repository {repo['repositoryUri']}")
     immutable = repo.get("imageTagMutability") == "IMMUTABLE"
-    host, auth = login(ecr, docker_client, args.registry)
-    target = f"{host}/{args.repository}"
-    tags = [tag, *args.tag]
-    if flavor and not immutable:
-        tags.append(flavor)  # the moving tag: the newest image of that flavor
-    elif flavor:
-        say(f"note: immutable tags: no moving '{flavor}' tag")
-    digest = None
-    for t in dict.fromkeys(tags):  # each once: an immutable repository refuses a second push
-        say(f"pushing {target}:{t}")
-        try:
-            image.tag(target, tag=t)
-            digest = push_tag(docker_client, target, t, auth)
-        except ToolError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - docker.errors.APIError, connection errors
-            raise ToolError(f"push of {target}:{t} failed: {exc}", 1) from None
+    with tempfile.TemporaryDirectory(prefix="byoc-push-") as config:
+        # A Docker config of this push's own: the registry token never lands in ~/.docker.
+        docker = docker.with_options("--config", config)
+        host = login(ecr, docker, args.registry)
+        target = f"{host}/{args.repository}"
+        tags = [tag, *args.tag]
+        if flavor and not immutable:
+            tags.append(flavor)  # the moving tag: the newest image of that flavor
+        elif flavor:
+            say(f"note: immutable tags: no moving '{flavor}' tag")
+        digest = None
+        for t in dict.fromkeys(tags):  # each once: an immutable repository refuses a second push
+            say(f"pushing {target}:{t}")
+            docker("tag", image_id, f"{target}:{t}")
+            digest = push_tag(docker, target, t)
     print(f"image_uri: {target}:{tag}")
     print(f"digest:    {target}@{digest}")
     return 0

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Run a deploy/kubernetes overlay the way its engine would, with Docker on this machine.
 
-    scripts/k8s_sim.py --engine mpijob|trainer|volcano [--overlay DIR] [--workers 2]
+    python3 -m hostkit.k8s_sim --engine mpijob|trainer|volcano [--overlay DIR] [--workers 2]
         [--image pytorch-horovod:cpu] [--extra-arg ARG ...] [--kill-worker I [--kill-when RE]]
         [--add-workers N [--add-when RE]] [--configmap-delay 5] [--timeout 600]
 
-The overlay is rendered (scripts/k8s_validate.py: kustomize when one is installed, else its
+The overlay is rendered (hostkit/k8s_validate.py: kustomize when one is installed, else its
 checked subset) and its pod templates are run as the engine runs them, reading every command,
 argument, port, user, volume and variable from the YAML, not from here:
   - mpijob (Kubeflow MPI Operator v2beta1): Secret keys (ECDSA P-521, files id_rsa, id_rsa.pub,
@@ -60,9 +60,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import k8s_validate  # noqa: E402
 import yaml  # noqa: E402
+
+from hostkit import HostError, Teller, k8s_validate
+from hostkit.docker import TIMED_OUT, Docker
 
 ENGINES = ("mpijob", "trainer", "volcano")
 DEFAULT_OVERLAY = {e: k8s_validate.OVERLAYS_DIR / f"{e}-cpu" for e in ENGINES}
@@ -77,12 +78,7 @@ RANK_LINE = re.compile(r"rank (\d+)/(\d+) local_rank \d+ on (\S+)")
 VAR_REF = re.compile(r"\$\((\w+)\)|\$\$")
 
 
-class SimError(Exception):
-    """A step of the simulation that cannot go on; says which and why."""
-
-
-def say(msg: str) -> None:
-    print(f"k8s-sim: {msg}", file=sys.stderr, flush=True)
+say = Teller("k8s-sim")
 
 
 # --- what the engine makes (pure: read from the rendered objects) ----------------------------
@@ -104,7 +100,7 @@ def container_env(container: dict) -> dict[str, str]:
     env = {}
     for item in container.get("env") or []:
         if "valueFrom" in item:
-            raise SimError(f"env {item['name']}: valueFrom is not simulated")
+            raise HostError(f"env {item['name']}: valueFrom is not simulated")
         env[item["name"]] = str(item.get("value", ""))
     return env
 
@@ -143,7 +139,7 @@ class Pod:
             for p in self.container.get("ports") or []:
                 if p.get("name") == port:
                     return int(p["containerPort"])
-            raise SimError(f"pod {self.name}: readinessProbe names port {port!r}, not declared")
+            raise HostError(f"pod {self.name}: readinessProbe names port {port!r}, not declared")
         return int(port)
 
 
@@ -175,7 +171,7 @@ def plugin_args(plugins: dict, name: str) -> dict[str, str]:
     found = {}
     for arg in plugins.get(name) or []:
         if not isinstance(arg, str) or not arg.startswith("--") or "=" not in arg:
-            raise SimError(f"the {name} plugin's argument {arg!r} is not --key=value")
+            raise HostError(f"the {name} plugin's argument {arg!r} is not --key=value")
         key, value = arg[2:].split("=", 1)
         found[key] = value
     return found
@@ -184,7 +180,7 @@ def plugin_args(plugins: dict, name: str) -> dict[str, str]:
 def _one(objects: list[dict], kind: str) -> dict:
     found = [o for o in objects if o.get("kind") == kind]
     if len(found) != 1:
-        raise SimError(f"the overlay has {len(found)} objects of kind {kind}, not 1")
+        raise HostError(f"the overlay has {len(found)} objects of kind {kind}, not 1")
     return found[0]
 
 
@@ -195,17 +191,17 @@ def take_volumes(pod: Pod) -> None:
     for mount in pod.container.get("volumeMounts") or []:
         vol = volumes.get(mount["name"])
         if vol is None:
-            raise SimError(f"pod {pod.name}: volumeMount {mount['name']!r} names no volume")
+            raise HostError(f"pod {pod.name}: volumeMount {mount['name']!r} names no volume")
         if "emptyDir" in vol and mount["mountPath"] == "/dev/shm":
             size = str(vol["emptyDir"].get("sizeLimit", "1Gi"))
             m = SIZE.fullmatch(size)
             if not m:
-                raise SimError(f"pod {pod.name}: /dev/shm sizeLimit {size!r} is not simulated")
+                raise HostError(f"pod {pod.name}: /dev/shm sizeLimit {size!r} is not simulated")
             pod.shm = m.group(1) + {"Ki": "k", "Mi": "m", "Gi": "g", None: "b"}[m.group(2)]
         elif "persistentVolumeClaim" in vol:
             pod.claims.append((mount["mountPath"], bool(mount.get("readOnly"))))
         else:
-            raise SimError(
+            raise HostError(
                 f"pod {pod.name}: volume {mount['name']!r} of this kind is not simulated"
             )
 
@@ -292,7 +288,7 @@ def plan(engine: str, objects: list[dict], workers: int) -> Job:
         master, worker = mpi_args.get("master", "master"), mpi_args.get("worker", "worker")
         port = mpi_args.get("port", "22")
         if not port.isdigit():
-            raise SimError(f"the mpi plugin's --port={port!r} is no port number")
+            raise HostError(f"the mpi plugin's --port={port!r} is no port number")
         job.key_type = ("rsa", "2048")
         ssh_args = plugin_args(plugins, "ssh")
         job.key_dir = ssh_args.get("ssh-key-file-path", "/root/.ssh")
@@ -300,7 +296,7 @@ def plan(engine: str, objects: list[dict], workers: int) -> Job:
         job.key_modes = {k: mode for k in job.key_modes} | {"config": mode}
         tasks = {t["name"]: t for t in spec["tasks"]}
         if master not in tasks or worker not in tasks:
-            raise SimError(f"the mpi plugin names tasks {master!r} and {worker!r}: not both there")
+            raise HostError(f"the mpi plugin names tasks {master!r} and {worker!r}: not both there")
         job.workers = [
             Pod(
                 f"{job.name}-{worker}-{i}",
@@ -329,7 +325,7 @@ def plan(engine: str, objects: list[dict], workers: int) -> Job:
             for p in [*job.workers, job.launcher]
         )
     else:
-        raise SimError(f"engine {engine!r}: use one of {', '.join(ENGINES)}")
+        raise HostError(f"engine {engine!r}: use one of {', '.join(ENGINES)}")
     for pod in [*job.workers, job.launcher]:
         check_pod(pod)
     return job
@@ -341,11 +337,11 @@ def check_pod(pod: Pod) -> None:
     caps = ((pod.container.get("securityContext") or {}).get("capabilities") or {}).get("add")
     extra = sorted(set(caps or []) - ALLOWED_CAPS)
     if extra:
-        raise SimError(f"pod {pod.name} adds capabilities {', '.join(extra)}: not simulated")
+        raise HostError(f"pod {pod.name} adds capabilities {', '.join(extra)}: not simulated")
     limits = (pod.container.get("resources") or {}).get("limits") or {}
     devices = [k for k in limits if "/" in k]
     if devices:
-        raise SimError(f"pod {pod.name} asks for {', '.join(devices)}: not simulated here")
+        raise HostError(f"pod {pod.name} asks for {', '.join(devices)}: not simulated here")
 
 
 def mpijob_hostfile(job: Job) -> str:
@@ -375,7 +371,7 @@ def docker_args(pod: Pod) -> tuple[list[str], list[str]]:
 
 
 class Sim:
-    def __init__(self, job: Job, image: str, docker: str, work: Path, label: str | None = None):
+    def __init__(self, job: Job, image: str, docker: Docker, work: Path, label: str | None = None):
         self.job = job
         self.image = image
         self.docker = docker
@@ -390,16 +386,11 @@ class Sim:
 
     def d(self, *args: str, timeout: float = 120, check: bool = True) -> str:
         try:
-            done = subprocess.run(
-                [self.docker, *args], capture_output=True, text=True, timeout=timeout, check=False
-            )
-        except subprocess.TimeoutExpired:
-            if not check:
+            return self.docker(*args, timeout=timeout, check=check).stdout
+        except HostError as exc:
+            if exc.code == TIMED_OUT and not check:
                 return ""
-            raise SimError(f"docker {args[0]} took more than {timeout:.0f} s") from None
-        if check and done.returncode != 0:
-            raise SimError(f"docker {' '.join(args[:2])} failed: {done.stderr.strip()[-600:]}")
-        return done.stdout
+            raise
 
     def make_files(self) -> None:
         """The Secret (one key pair; in each pod a world-writable directory of the engine's
@@ -535,28 +526,22 @@ class Sim:
         while time.monotonic() < deadline:
             if not self.running(name):
                 logs = self.d("logs", "--tail", "20", name, check=False)
-                raise SimError(f"worker {pod.name} exited before it was Ready: {logs.strip()}")
+                raise HostError(f"worker {pod.name} exited before it was Ready: {logs.strip()}")
             probe_run = ["exec", name, "bash", "-c", probe]
             try:
-                done = subprocess.run(
-                    [self.docker, *probe_run], capture_output=True, check=False, timeout=10
-                )
-            except subprocess.TimeoutExpired:
+                done = self.docker(*probe_run, check=False, timeout=10)
+            except HostError as exc:
+                if exc.code != TIMED_OUT:
+                    raise
                 continue
             if done.returncode == 0:
                 return
             time.sleep(0.5)
-        raise SimError(f"worker {pod.name} was not Ready (port {port}) in time")
+        raise HostError(f"worker {pod.name} was not Ready (port {port}) in time")
 
     def follow(self, name: str) -> threading.Thread:
         def pump() -> None:
-            proc = self.follower = subprocess.Popen(
-                [self.docker, "logs", "-f", name],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                errors="replace",
-            )
+            proc = self.follower = self.docker.follow(name)
             for line in proc.stdout:
                 self.launcher_lines.append(line)
                 print(f"[launcher] {line}", end="", flush=True)
@@ -588,7 +573,7 @@ class Scenario:
 def run(
     job: Job,
     image: str,
-    docker: str,
+    docker: Docker,
     timeout: float,
     scenario: Scenario,
     label: str | None = None,
@@ -649,10 +634,10 @@ def run(
             pump.join(10)
             result["exit_code"] = code
             if scenario.add_workers and not added:
-                raise SimError("the launcher ended before --add-when matched: nothing added")
+                raise HostError("the launcher ended before --add-when matched: nothing added")
             if scenario.kill_worker is not None:
                 if killed_at is None:
-                    raise SimError("the launcher ended before --kill-when matched: nothing killed")
+                    raise HostError("the launcher ended before --kill-when matched: nothing killed")
                 result["seconds_after_kill"] = round(time.monotonic() - killed_at, 1)
             # The engine's clean-up: workers still running are deleted now the launcher ended.
             result["workers_running_at_end"] = [
@@ -750,17 +735,17 @@ def main(argv: list[str] | None = None) -> int:
         # The Secret's files are root-owned with the pods' fsGroup, as the engines mount them.
         p.error("run it as root: it lays out the engines' Secret files root-owned")
     overlay = args.overlay or DEFAULT_OVERLAY[args.engine]
-    docker = os.environ.get("DOCKER", "docker")
     try:
+        docker = Docker()
         if not (overlay / "kustomization.yaml").is_file():
-            raise SimError(f"--overlay {overlay}: no kustomization.yaml there")
+            raise HostError(f"--overlay {overlay}: no kustomization.yaml there")
         try:
             objects = k8s_validate.render(overlay)
         except (k8s_validate.RenderError, OSError, yaml.YAMLError) as exc:
-            raise SimError(f"{overlay} does not render: {exc}") from None
+            raise HostError(f"{overlay} does not render: {exc}") from None
         errors = k8s_validate.validate_objects(objects)
         if errors:
-            raise SimError(f"{overlay} does not validate: " + "; ".join(errors[:5]))
+            raise HostError(f"{overlay} does not validate: " + "; ".join(errors[:5]))
         job = plan(args.engine, objects, args.workers)
         if args.extra_arg:
             job.launcher.container["args"] = [
@@ -770,7 +755,7 @@ def main(argv: list[str] | None = None) -> int:
         say(f"{args.engine}: job {job.name}, {args.workers} worker(s), image {args.image}")
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # finally: blocks still clean up
         result = run(job, args.image, docker, args.timeout, scenario, args.label)
-    except SimError as exc:
+    except HostError as exc:
         say(f"error: {exc}")
         return 1
     except KeyboardInterrupt:

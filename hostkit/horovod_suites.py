@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """`make test-horovod`: Horovod's own test suites, at the tag the image builds, on built images.
 
-    scripts/horovod_suites.py --image pytorch-horovod:cpu [--image ...] [--suite torch ...]
+    python3 -m hostkit.horovod_suites --image pytorch-horovod:cpu [--image ...] [--suite torch ...]
         [--controller gloo|mpi] [--repeat N] [--load K] [--source TARBALL] [--gpus N]
 
 The suites come from Horovod's tag archive (HOROVOD_SRC_URL / HOROVOD_SRC_SHA256 in the
@@ -36,6 +36,9 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hostkit import HostError, Teller, dockerfile
+from hostkit.docker import TIMED_OUT, Docker, build_client
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python < 3.11: say so, not a traceback
@@ -58,12 +61,7 @@ MAX_GPUS = 64
 TEST_TIMEOUT = 300
 
 
-def say(msg: str) -> None:
-    print(f"horovod-suites: {msg}", file=sys.stderr, flush=True)
-
-
-class SuiteError(Exception):
-    """Bad input or a missing prerequisite: the message names it; exit 2."""
+say = Teller("horovod-suites")
 
 
 # --- what runs ---
@@ -233,43 +231,43 @@ def load_expected(path: Path) -> list[Expected]:
     try:
         data = tomllib.loads(path.read_text())
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise SuiteError(f"{path}: cannot read it: {exc}") from exc
+        raise HostError(f"{path}: cannot read it: {exc}") from exc
     unknown = set(data) - {"failure"}
     if unknown:
-        raise SuiteError(f"{path}: unknown top-level key(s) {sorted(unknown)}; only [[failure]]")
+        raise HostError(f"{path}: unknown top-level key(s) {sorted(unknown)}; only [[failure]]")
     entries = data.get("failure", [])
     if not isinstance(entries, list):
-        raise SuiteError(f"{path}: 'failure' must be an array of tables ([[failure]])")
+        raise HostError(f"{path}: 'failure' must be an array of tables ([[failure]])")
     paths = {s.path for s in SUITES}
     out, seen = [], set()
     for i, e in enumerate(entries, 1):
         where = f"{path}: failure #{i}"
         if not isinstance(e, dict):
-            raise SuiteError(f"{where}: must be a table")
+            raise HostError(f"{where}: must be a table")
         extra = set(e) - {"test", "reason", "upstream", "controllers", "images", "strict"}
         if extra:
-            raise SuiteError(f"{where}: unknown field(s) {sorted(extra)}")
+            raise HostError(f"{where}: unknown field(s) {sorted(extra)}")
         for key in ("test", "reason", "upstream"):
             if not isinstance(e.get(key), str) or not e[key].strip():
-                raise SuiteError(f"{where}: '{key}' must be a non-empty string")
+                raise HostError(f"{where}: '{key}' must be a non-empty string")
         test = e["test"].strip()
         if test.split("::")[0] not in paths or test.count("::") not in (1, 2):
-            raise SuiteError(
+            raise HostError(
                 f"{where}: test '{test}' is not <suite file>::[Class::]test of a suite this "
                 f"runner knows ({', '.join(sorted(paths))})"
             )
         if test in seen:
-            raise SuiteError(f"{where}: test '{test}' is listed twice")
+            raise HostError(f"{where}: test '{test}' is listed twice")
         seen.add(test)
         controllers = e.get("controllers", [])
         if not isinstance(controllers, list) or any(c not in CONTROLLERS for c in controllers):
-            raise SuiteError(f"{where}: 'controllers' must be a list of {list(CONTROLLERS)}")
+            raise HostError(f"{where}: 'controllers' must be a list of {list(CONTROLLERS)}")
         images = e.get("images", [])
         if not isinstance(images, list) or any(not isinstance(i, str) or not i for i in images):
-            raise SuiteError(f"{where}: 'images' must be a list of non-empty strings")
+            raise HostError(f"{where}: 'images' must be a list of non-empty strings")
         strict = e.get("strict", True)
         if not isinstance(strict, bool):
-            raise SuiteError(f"{where}: 'strict' must be true or false")
+            raise HostError(f"{where}: 'strict' must be true or false")
         out.append(
             Expected(
                 test,
@@ -425,32 +423,25 @@ def judge(
 
 
 # --- the source ---
-def dockerfile_arg(name: str) -> str:
-    match = re.search(rf"^ARG {name}=(.*)$", (ROOT / "Dockerfile").read_text(), re.M)
-    if not match:
-        raise SuiteError(f"ARG {name} is not in the Dockerfile")
-    return match.group(1).strip()
-
-
 def source_tarball(given: Path | None, work: Path) -> tuple[Path | None, str]:
     """The verified tag archive, and where it came from; (None, why) where none can be had."""
-    version = dockerfile_arg("HOROVOD_VERSION")
-    url = dockerfile_arg("HOROVOD_SRC_URL").replace("${HOROVOD_VERSION}", version)
-    sha = dockerfile_arg("HOROVOD_SRC_SHA256")
+    version = dockerfile.arg("HOROVOD_VERSION")
+    url = dockerfile.arg("HOROVOD_SRC_URL")
+    sha = dockerfile.arg("HOROVOD_SRC_SHA256")
     out = work / f"horovod-{version}.tar.gz"
     if given is not None:
         if not given.is_file():
-            raise SuiteError(f"--source / HOROVOD_SRC_TARBALL={given} is not a file")
+            raise HostError(f"--source / HOROVOD_SRC_TARBALL={given} is not a file")
         cmd = [sys.executable, str(FETCH), "--local", str(given), url, sha, str(out)]
         if subprocess.run(cmd, check=False).returncode != 0:
-            raise SuiteError(f"{given} is not Horovod v{version}'s tag archive (sha256 above)")
+            raise HostError(f"{given} is not Horovod v{version}'s tag archive (sha256 above)")
         return out, str(given)
     mirror = Path(os.environ.get("BYOC_GIT_MIRRORS") or "/work/.mirror") / "horovod+horovod/repo"
     if mirror.is_dir():
         made = subprocess.run([str(GIT_ARCHIVE), "horovod", str(mirror), str(out)], check=False)
         if made.returncode == 0:
             return out, f"git mirror {mirror}"
-        raise SuiteError(f"the git mirror {mirror} does not give Horovod v{version}'s archive")
+        raise HostError(f"the git mirror {mirror} does not give Horovod v{version}'s archive")
     rc = subprocess.run([sys.executable, str(FETCH), url, sha, str(out)], check=False).returncode
     if rc == 0:
         return out, url
@@ -459,7 +450,7 @@ def source_tarball(given: Path | None, work: Path) -> tuple[Path | None, str]:
             f"no source for Horovod v{version}'s tests: {url} cannot be reached, no git mirror "
             f"at {mirror}, no HOROVOD_SRC_TARBALL; make one with scripts/git-archive.sh horovod"
         )
-    raise SuiteError(f"{url} did not verify (above)")
+    raise HostError(f"{url} did not verify (above)")
 
 
 def extract_tests(tarball: Path, dest: Path) -> Path:
@@ -470,7 +461,7 @@ def extract_tests(tarball: Path, dest: Path) -> Path:
         prefix = members[0].name.split("/")[0] if members else ""
         wanted = [m for m in members if m.name.startswith(f"{prefix}/test/")]
         if not prefix or not wanted:
-            raise SuiteError(f"{tarball} has no <name>/test/ tree")
+            raise HostError(f"{tarball} has no <name>/test/ tree")
         tar.extractall(dest, members=wanted, filter="data")
     for patch in sorted(PATCHES.glob("*.patch")):
         res = subprocess.run(
@@ -480,42 +471,15 @@ def extract_tests(tarball: Path, dest: Path) -> Path:
             check=False,
         )
         if res.returncode != 0:
-            raise SuiteError(
-                f"{patch} does not apply to the tag's tests:\n{res.stdout}{res.stderr}"
-            )
+            raise HostError(f"{patch} does not apply to the tag's tests:\n{res.stdout}{res.stderr}")
     return dest / prefix / "test"
 
 
 # --- Docker ---
-class Docker:
-    def __init__(self, exe: str):
-        self.exe = exe
-
-    def __call__(self, *args: str, check: bool = True, capture: bool = True, timeout=None):
-        try:
-            res = subprocess.run(
-                [self.exe, *args], capture_output=capture, text=True, check=False, timeout=timeout
-            )
-        except subprocess.TimeoutExpired as exc:
-            raise SuiteError(f"docker {args[0]} did not return within {timeout} s") from exc
-        if check and res.returncode != 0:
-            raise SuiteError(f"docker {' '.join(args[:3])} failed: {(res.stderr or '').strip()}")
-        return res
-
-    def exists(self, ref: str) -> bool:
-        return self("image", "inspect", ref, check=False).returncode == 0
-
-    def remove_labelled(self) -> None:
-        ids = self("ps", "-aq", "--filter", f"label={LABEL}={os.getpid()}", check=False)
-        for cid in ids.stdout.split():
-            self("rm", "-f", "-v", cid, check=False)
-
-
-def docker_sh(verb: str) -> str:
-    """What `scripts/docker.sh client|ca` prints: a client with BuildKit, as the Makefile's
-    DOCKER is; the host's CA bundle. Empty where it finds none."""
+def host_ca() -> str:
+    """What `scripts/docker.sh ca` prints: the host's CA bundle, or empty where it finds none."""
     res = subprocess.run(
-        [str(ROOT / "scripts" / "docker.sh"), verb], capture_output=True, text=True, check=False
+        [str(ROOT / "scripts" / "docker.sh"), "ca"], capture_output=True, text=True, check=False
     )
     return res.stdout.strip()
 
@@ -524,7 +488,7 @@ def test_image(docker: Docker, image: str, ca: str) -> str:
     """<image>-conformance: the test layer on the image under test (cached after the first);
     ca: the host's CA bundle (a TLS-intercepting proxy) for pip, as a build secret, or ''."""
     if not docker.exists(image):
-        raise SuiteError(
+        raise HostError(
             f"image {image} not found: build it first (make build FLAVOR=cpu; "
             "make build-gpu-standin for the gpu stand-in)"
         )
@@ -533,13 +497,10 @@ def test_image(docker: Docker, image: str, ca: str) -> str:
     cmd = ["build", "--progress=plain", "-q", "--build-arg", f"IMAGE={image}", "-t", ref]
     if ca:
         cmd += ["--secret", f"id=ca,src={ca}"]
-    env = dict(os.environ, DOCKER_BUILDKIT="1")
     start = time.monotonic()
-    res = subprocess.run(
-        [docker.exe, *cmd, str(CONFORMANCE)], capture_output=True, text=True, env=env, check=False
-    )
+    res = docker(*cmd, str(CONFORMANCE), check=False, env=docker.build_env())
     if res.returncode != 0:
-        raise SuiteError(f"building the test layer {ref} failed:\n{res.stderr[-3000:]}")
+        raise HostError(f"building the test layer {ref} failed:\n{res.stderr[-3000:]}")
     say(f"test layer {ref} ready ({time.monotonic() - start:.0f} s)")
     return ref
 
@@ -647,7 +608,9 @@ def run_one(
     problems, status, hung = [], "", ""
     try:
         status = docker("wait", cid, check=False, timeout=suite.timeout).stdout.strip()
-    except SuiteError:
+    except HostError as exc:
+        if exc.code != TIMED_OUT:
+            raise
         problems.append(f"hung: still running after {suite.timeout} s (stacks in the log)")
         hung = "\n=== native stacks of the hung container ===\n" + collect_stacks(docker, cid)
     seconds = time.monotonic() - start
@@ -762,7 +725,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
     suites = [s for s in SUITES if not a.suite or s.name in a.suite]
-    docker = Docker(os.environ.get("DOCKER") or docker_sh("client") or "docker")
+    try:
+        docker = Docker(build_client())
+    except HostError as exc:
+        say(f"error: {exc}")
+        return exc.code
     try:
         expected = load_expected(EXPECTED)
         a.out.mkdir(parents=True, exist_ok=True)
@@ -773,14 +740,14 @@ def main(argv: list[str] | None = None) -> int:
             return 1 if a.require_source else 0
         tree = extract_tests(tarball, run_dir / "src")
         say(f"Horovod's tests from {origin} (sha256 verified) -> {tree}")
-        ca = docker_sh("ca")
+        ca = host_ca()
         refs = {image: test_image(docker, image, ca) for image in a.image}
         return run_all(docker, a, suites, refs, tree, run_dir, expected)
-    except SuiteError as exc:
+    except HostError as exc:
         say(f"error: {exc}")
-        return 2
+        return exc.code
     finally:
-        docker.remove_labelled()
+        docker.remove_labelled(f"{LABEL}={os.getpid()}")
 
 
 def run_all(docker, a, suites, refs, tree, run_dir, expected) -> int:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Offline checks of deploy/kubernetes: render every kustomize overlay, validate every object.
 
-    scripts/k8s_validate.py [--kustomize] [OVERLAY_DIR ...]     (default: every overlay)
+    python3 -m hostkit.k8s_validate [--kustomize] [OVERLAY_DIR ...]     (default: every overlay)
 
 Rendering. `render()` is a small kustomize in Python for the subset the overlays use, and refuses
 anything else: `resources` (files inside the kustomization's directory, or other kustomization
@@ -49,6 +49,8 @@ from typing import Any
 import jsonpatch
 import jsonschema
 import yaml
+
+from hostkit import HostError
 
 ROOT = Path(__file__).resolve().parents[1]
 K8S_DIR = ROOT / "deploy" / "kubernetes"
@@ -100,7 +102,7 @@ VOLCANO_ACTIONS = {
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-class RenderError(Exception):
+class RenderError(HostError):
     """A kustomization this renderer cannot, or must not, render."""
 
 

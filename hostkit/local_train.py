@@ -5,8 +5,8 @@ Each container is one instance: reachable as algo-1 ... algo-N (network aliases;
 is the container ID, as in the SageMaker SDK's local mode), with its own /opt/ml written as the
 platform writes it. Shows the job's output; the model lands in OUT/JOB/algo-1/model.
 
-    scripts/local_train.py --hosts 2 --image pytorch-horovod:cpu --hp epochs=3
-    scripts/local_train.py --launcher torchrun --hosts 2 --slots 2   # DDP through torchrun
+    python3 -m hostkit.local_train --hosts 2 --image pytorch-horovod:cpu --hp epochs=3
+    python3 -m hostkit.local_train --launcher torchrun --hosts 2 --slots 2   # DDP through torchrun
 
 Input is checked before anything is made, against SageMaker's own limits where it has them
 (botocore's service model): bad input exits 2 naming the option. The job's trees go in a new
@@ -22,17 +22,17 @@ import json
 import math
 import os
 import re
-import shlex
 import shutil
 import stat
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from pathlib import Path
 
-from byoc_aws import limits
+from hostkit import HostError, job
+from hostkit.aws import limits
+from hostkit.docker import TIMED_OUT, Docker
 
 MAX_HOSTS = 64  # containers on one machine; SageMaker allows more, a laptop does not
 MAX_SLOTS = 256  # processes per container
@@ -42,67 +42,6 @@ CPU_SLOTS_ENV = "BYOC_CPU_SLOTS_PER_HOST"  # entrypoint/byoc/constants.py CPU_SL
 SHM_SIZE = re.compile(r"[0-9]+(?:\.[0-9]+)?[bkmgBKMG]?")
 INSTANCE_TYPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 UNSAFE_IN_MOUNT = re.compile(r"[:,\x00-\x1f\x7f]")  # `docker run -v SRC:DST[:ro]` splits on ':'
-
-
-class Refused(Exception):
-    """Ends local-train with this message and exit code (2: bad input)."""
-
-    def __init__(self, message: str, code: int = 2):
-        super().__init__(message)
-        self.code = code
-
-
-class Docker:
-    """The docker CLI ($DOCKER, split as a shell would: DOCKER='sudo docker' works)."""
-
-    def __init__(self) -> None:
-        text = os.environ.get("DOCKER", "").strip() or "docker"  # empty counts as unset
-        try:
-            self.cmd = shlex.split(text)
-        except ValueError as exc:
-            raise Refused(f"DOCKER={text!r}: {exc}") from None
-        exe = self.cmd[0]
-        if shutil.which(exe) is None:
-            if os.sep in exe and os.path.exists(exe):
-                raise Refused(f"DOCKER={exe}: not an executable file", 126)
-            where = "does not exist" if os.sep in exe else "is not on PATH"
-            raise Refused(
-                f"no docker CLI: {exe} {where}; install Docker or set DOCKER=/path/to/docker", 127
-            )
-
-    def run(self, *args: str, check: bool = True, timeout: float | None = None):
-        try:
-            result = subprocess.run(
-                [*self.cmd, *args], capture_output=True, text=True, check=False, timeout=timeout
-            )
-        except OSError as exc:
-            raise Refused(f"cannot run {self.cmd[0]}: {exc.strerror}", 126) from None
-        if check and result.returncode != 0:
-            raise Refused(f"docker {' '.join(args[:2])} failed: {result.stderr.strip()}", 1)
-        return result
-
-    def stream(self, name: str, prefix: str) -> threading.Thread:
-        def pump():
-            try:
-                proc = subprocess.Popen(
-                    [*self.cmd, "logs", "-f", name],
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                    text=True,
-                    errors="replace",
-                )
-            except OSError as exc:
-                print(f"local-train: cannot follow {name}'s output: {exc.strerror}")
-                return
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                sys.stdout.write(f"{prefix} | {line}")
-                sys.stdout.flush()
-            proc.wait()
-
-        t = threading.Thread(target=pump, daemon=True)
-        t.start()
-        return t
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -159,29 +98,29 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args = p.parse_args(argv)
     try:
         validate(args)
-    except (Refused, limits.InputError) as exc:
+    except HostError as exc:
         p.error(str(exc))
     return args
 
 
 def validate(args: argparse.Namespace) -> None:
-    """Everything checked before anything is made; Refused/InputError name the option."""
+    """Everything checked before anything is made; HostError names the option."""
     if not 1 <= args.hosts <= MAX_HOSTS:
-        raise Refused(f"--hosts must be 1-{MAX_HOSTS}, not {args.hosts}")
+        raise HostError(f"--hosts must be 1-{MAX_HOSTS}, not {args.hosts}")
     if args.slots is not None and not 1 <= args.slots <= MAX_SLOTS:
-        raise Refused(f"--slots must be 1-{MAX_SLOTS}, not {args.slots}")
+        raise HostError(f"--slots must be 1-{MAX_SLOTS}, not {args.slots}")
     if not (math.isfinite(args.timeout) and 0 < args.timeout <= limits.MAX_RUNTIME_S):
-        raise Refused(
+        raise HostError(
             f"--timeout must be more than 0 and at most {limits.MAX_RUNTIME_S} s (SageMaker's "
             f"28-day MaxRuntimeInSeconds), not {args.timeout:g}"
         )
     problem = limits.image_problem(args.image)
     if problem:
-        raise Refused(f"--image {args.image!r} {problem}")
+        raise HostError(f"--image {args.image!r} {problem}")
     if not SHM_SIZE.fullmatch(args.shm_size) or float(args.shm_size.rstrip("bkmgBKMG")) <= 0:
-        raise Refused(f"--shm-size {args.shm_size!r}: a size such as 1g, 512m (docker run)")
+        raise HostError(f"--shm-size {args.shm_size!r}: a size such as 1g, 512m (docker run)")
     if not INSTANCE_TYPE.fullmatch(args.instance_type):
-        raise Refused(
+        raise HostError(
             f"--instance-type {args.instance_type!r}: letters, digits, . _ -, at most 64 "
             "(e.g. ml.local, ml.g5.12xlarge)"
         )
@@ -190,7 +129,7 @@ def validate(args: argparse.Namespace) -> None:
         args.job = f"byoc-local-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
     problem = limits.text_problem(args.job, "TrainingJobName", controls=True)
     if problem:
-        raise Refused(f"--job-name {args.job!r} {problem} (letters, digits and -, at most 63)")
+        raise HostError(f"--job-name {args.job!r} {problem} (letters, digits and -, at most 63)")
     check_code(args)
     args.hps = hyperparameters(args)
     owners = {"TRAINING_JOB_NAME": "--job-name"}
@@ -203,9 +142,9 @@ def validate(args: argparse.Namespace) -> None:
 
 def check_code(args: argparse.Namespace) -> None:
     if args.entry_point and not args.source_dir:
-        raise Refused("--entry-point needs --source-dir")
+        raise HostError("--entry-point needs --source-dir")
     if args.source_dir and not args.entry_point:
-        raise Refused(
+        raise HostError(
             "--source-dir needs --entry-point: without one the image's example runs and your "
             "code is not used"
         )
@@ -213,29 +152,31 @@ def check_code(args: argparse.Namespace) -> None:
         return
     source = Path(args.source_dir)
     if not source.is_dir():
-        raise Refused(f"--source-dir {args.source_dir}: not a directory")
+        raise HostError(f"--source-dir {args.source_dir}: not a directory")
     args.source = source.resolve()
     if UNSAFE_IN_MOUNT.search(str(args.source)):
-        raise Refused(
+        raise HostError(
             f"--source-dir {args.source}: a path with ':', ',' or a control character cannot "
             "be mounted with docker run -v"
         )
     entry = args.entry_point
     rel = Path(entry)
     if limits.CONTROL.search(entry) or not entry.strip():
-        raise Refused(f"--entry-point {entry!r}: not a file name")
+        raise HostError(f"--entry-point {entry!r}: not a file name")
     if rel.is_absolute() or ".." in rel.parts:
-        raise Refused(
+        raise HostError(
             f"--entry-point {entry}: a path inside --source-dir, relative to it, without '..'"
         )
     target = (args.source / rel).resolve()
     if not target.is_relative_to(args.source):
-        raise Refused(f"--entry-point {entry}: leads outside --source-dir (a symlink to {target})")
+        raise HostError(
+            f"--entry-point {entry}: leads outside --source-dir (a symlink to {target})"
+        )
     if not target.is_file():
-        raise Refused(f"--entry-point {entry}: no such file in --source-dir {args.source}")
+        raise HostError(f"--entry-point {entry}: no such file in --source-dir {args.source}")
     if args.launcher == "torchrun" and not entry.endswith(".py"):
         # as the SDK's fw_utils.validate_torch_distributed_distribution refuses it
-        raise Refused("--launcher torchrun runs python programs: --entry-point *.py")
+        raise HostError("--launcher torchrun runs python programs: --entry-point *.py")
 
 
 def hyperparameters(args: argparse.Namespace) -> dict[str, str]:
@@ -246,18 +187,19 @@ def hyperparameters(args: argparse.Namespace) -> dict[str, str]:
         "sagemaker_torch_distributed_enabled": "--launcher",
     }
     if args.entry_point:
-        own["sagemaker_program"] = args.entry_point
-        own["sagemaker_submit_directory"] = "/opt/ml/code"
+        own.update(job.code_hyperparameters(args.entry_point, "/opt/ml/code"))
         owners["sagemaker_program"] = "--entry-point"
         owners["sagemaker_submit_directory"] = "--source-dir"
     if args.launcher == "torchrun":
-        own["sagemaker_torch_distributed_enabled"] = True
-        own["sagemaker_instance_type"] = args.instance_type
+        own.update(
+            job.distribution_hyperparameters("torch_distributed", instance_type=args.instance_type)
+        )
         owners["sagemaker_instance_type"] = "--instance-type"
     else:
-        own["sagemaker_mpi_enabled"] = True
+        # SDK v2's distribution={"mpi": {...}}; no --custom-mpi-options here: "" as it sends.
+        own.update(job.distribution_hyperparameters("mpi", processes_per_host=args.slots))
+        owners["sagemaker_mpi_custom_mpi_options"] = "--launcher"
         if args.slots is not None:
-            own["sagemaker_mpi_num_of_processes_per_host"] = args.slots
             owners["sagemaker_mpi_num_of_processes_per_host"] = "--slots"
     return limits.hyperparameters(args.hp, own, owners)
 
@@ -270,7 +212,7 @@ def channels(args: argparse.Namespace) -> dict[str, tuple[Path, list, int]]:
     for name, src in pairs:
         path = Path(src)
         if not src or not path.is_dir():
-            raise Refused(f"--channel {name}={src}: not a directory")
+            raise HostError(f"--channel {name}={src}: not a directory")
         entries, size = scan_channel(name, path)
         out[name] = (path.resolve(), entries, size)
     return out
@@ -291,28 +233,30 @@ def scan_channel(name: str, root: Path) -> tuple[list[tuple[str, Path | None]], 
             with os.scandir(path) as it:
                 children = sorted(it, key=lambda e: e.name)
         except OSError as exc:
-            raise Refused(f"{what}: cannot read {path}: {exc.strerror}") from None
+            raise HostError(f"{what}: cannot read {path}: {exc.strerror}") from None
         for entry in children:
             child, crel = Path(entry.path), f"{rel}/{entry.name}" if rel else entry.name
             try:
                 st = child.stat()  # through symlinks
             except OSError as exc:
-                raise Refused(f"{what}: {child}: {exc.strerror} (a dangling symlink?)") from None
+                raise HostError(f"{what}: {child}: {exc.strerror} (a dangling symlink?)") from None
             if len(entries) >= MAX_CHANNEL_ENTRIES:
-                raise Refused(f"{what}: more than {MAX_CHANNEL_ENTRIES} files and directories")
+                raise HostError(f"{what}: more than {MAX_CHANNEL_ENTRIES} files and directories")
             if stat.S_ISDIR(st.st_mode):
                 key = (st.st_dev, st.st_ino)
                 if key in ancestors:
-                    raise Refused(f"{what}: {child} is a symlink loop (it leads to its own parent)")
+                    raise HostError(
+                        f"{what}: {child} is a symlink loop (it leads to its own parent)"
+                    )
                 entries.append((crel, None))
                 stack.append((child, crel, ancestors | {key}))
             elif stat.S_ISREG(st.st_mode):
                 if not os.access(child, os.R_OK):
-                    raise Refused(f"{what}: {child}: not readable")
+                    raise HostError(f"{what}: {child}: not readable")
                 entries.append((crel, child))
                 size += st.st_size
             else:
-                raise Refused(
+                raise HostError(
                     f"{what}: {child} is not a regular file or directory (a FIFO, socket or "
                     "device): a channel holds files"
                 )
@@ -321,24 +265,24 @@ def scan_channel(name: str, root: Path) -> tuple[list[tuple[str, Path | None]], 
 
 def check_out(args: argparse.Namespace) -> None:
     if not args.out.strip():
-        raise Refused("--out is empty: give a directory (default local/jobs)")
+        raise HostError("--out is empty: give a directory (default local/jobs)")
     args.job_dir = Path(args.out).resolve() / args.job
     existing = next(p for p in args.job_dir.parents if p.exists())
     if not existing.is_dir():
-        raise Refused(f"--out {args.out}: {existing} exists and is not a directory")
+        raise HostError(f"--out {args.out}: {existing} exists and is not a directory")
     if UNSAFE_IN_MOUNT.search(str(args.job_dir)):
-        raise Refused(
+        raise HostError(
             f"--out {args.job_dir}: a path with ':', ',' or a control character cannot be "
             "mounted with docker run -v"
         )
     if args.job_dir.exists() or args.job_dir.is_symlink():
-        raise Refused(
+        raise HostError(
             f"--out: {args.job_dir} already exists; a job's trees are never reused or mixed "
             "with another's: choose another --job-name or --out"
         )
     for name, (src, _, _) in args.channels.items():
         if args.job_dir.is_relative_to(src):
-            raise Refused(
+            raise HostError(
                 f"--out {args.out}: the job's trees would be inside --channel {name}'s directory "
                 f"{src}, copying it into itself: choose --out elsewhere"
             )
@@ -346,7 +290,7 @@ def check_out(args: argparse.Namespace) -> None:
     if need:
         free = shutil.disk_usage(existing).free
         if need + FREE_SPACE_MARGIN > free:
-            raise Refused(
+            raise HostError(
                 f"--channel: {args.hosts} copies of the channels need {need / 1e9:.2f} GB; "
                 f"{free / 1e9:.2f} GB are free under --out {existing}"
             )
@@ -404,11 +348,11 @@ def run_job(argv: list[str]) -> int:
     docker = Docker()
     job, out = args.job, args.job_dir
     hosts = [f"algo-{i}" for i in range(1, args.hosts + 1)]
-    inspect = docker.run("image", "inspect", args.image, check=False)
+    inspect = docker("image", "inspect", args.image, check=False)
     if inspect.returncode != 0:
         if "no such image" in inspect.stderr.lower():
-            raise Refused(f"--image {args.image}: not found locally (`make build`, or pull it)")
-        raise Refused(f"docker image inspect {args.image} failed: {inspect.stderr.strip()}", 1)
+            raise HostError(f"--image {args.image}: not found locally (`make build`, or pull it)")
+        raise HostError(f"docker image inspect {args.image} failed: {inspect.stderr.strip()}", 1)
     print(
         f"local-train: job {job}, {args.hosts} host(s), image {args.image}, /opt/ml trees in {out}"
     )
@@ -416,13 +360,13 @@ def run_job(argv: list[str]) -> int:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.mkdir()  # never an existing one: the trees of two jobs are not mixed
     except FileExistsError:
-        raise Refused(f"--out: {out} already exists; choose another --job-name") from None
+        raise HostError(f"--out: {out} already exists; choose another --job-name") from None
     except OSError as exc:
-        raise Refused(f"--out: cannot make {out}: {exc.strerror}") from None
+        raise HostError(f"--out: cannot make {out}: {exc.strerror}") from None
     network, names, started = job, [f"{job}-{h}" for h in hosts], []
     try:
-        docker.run("network", "create", "--driver", "bridge", "--internal", network)
-    except Refused:
+        docker("network", "create", "--driver", "bridge", "--internal", network)
+    except HostError:
         out.rmdir()  # made just now, still empty
         raise
     start = time.monotonic()
@@ -432,7 +376,7 @@ def run_job(argv: list[str]) -> int:
             try:
                 write_tree(out / host, host, hosts, args)
             except OSError as exc:
-                raise Refused(f"writing the job's trees in {out} failed: {exc}", 1) from None
+                raise HostError(f"writing the job's trees in {out} failed: {exc}", 1) from None
         for host, name in zip(hosts, names, strict=True):
             cmd = ["run", "-d", "--name", name, "--network", network, "--network-alias", host]
             cmd += ["--shm-size", args.shm_size, "-v", f"{out / host}:/opt/ml"]
@@ -443,32 +387,34 @@ def run_job(argv: list[str]) -> int:
                 cmd += ["-e", f"{CPU_SLOTS_ENV}={args.slots}"]
             for key, value in args.environment.items():
                 cmd += ["-e", f"{key}={value}"]
-            docker.run(*cmd, args.image, "train")
+            docker(*cmd, args.image, "train")
             started.append(name)  # only these are removed: a name taken by another stays its own
         threads = [docker.stream(n, h) for n, h in zip(names, hosts, strict=True)]
         deadline = start + args.timeout
         for host, name in zip(hosts, names, strict=True):
             left = max(1, int(deadline - time.monotonic()))
-            codes[host] = exit_code(docker.run("wait", name, check=False, timeout=left), name)
+            codes[host] = exit_code(docker("wait", name, check=False, timeout=left), name)
             print(
                 f"local-train: {host} exited {codes[host]} after {time.monotonic() - start:.1f} s"
             )
         for t in threads:
             t.join(timeout=5)
-    except subprocess.TimeoutExpired:
+    except HostError as exc:
+        if exc.code != TIMED_OUT:
+            raise
         print(f"local-train: job exceeded --timeout {args.timeout:g} s; stopping it")
         for name in started:
-            docker.run("stop", "-t", "120", name, check=False)
+            docker("stop", "-t", "120", name, check=False)
         return 124
     except KeyboardInterrupt:
         print("local-train: interrupted; stopping the containers (SIGTERM, 120 s grace)")
         for name in started:
-            docker.run("stop", "-t", "120", name, check=False)
+            docker("stop", "-t", "120", name, check=False)
         return 130
     finally:
         for name in started:
-            docker.run("rm", "-f", name, check=False)
-        docker.run("network", "rm", network, check=False)
+            docker("rm", "-f", name, check=False)
+        docker("network", "rm", network, check=False)
     failure = out / hosts[0] / "output" / "failure"
     model = out / hosts[0] / "model"
     if all(c == 0 for c in codes.values()):
@@ -483,7 +429,7 @@ def run_job(argv: list[str]) -> int:
 def main(argv: list[str]) -> int:
     try:
         return run_job(argv)
-    except Refused as exc:
+    except HostError as exc:
         print(f"local-train: error: {exc}", file=sys.stderr)
         return exc.code
     except KeyboardInterrupt:

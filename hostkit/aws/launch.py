@@ -1,6 +1,6 @@
 """Create a SageMaker training job for the image, from the command line.
 
-    PYTHONPATH=scripts python -m byoc_aws.launch \\
+    python -m hostkit.aws.launch \\
         --image-uri 123456789012.dkr.ecr.us-east-1.amazonaws.com/pytorch-horovod:gpu-... \\
         --role arn:aws:iam::123456789012:role/SageMakerTraining \\
         --instance-type ml.p4d.24xlarge --instance-count 2 \\
@@ -37,14 +37,14 @@ from pathlib import Path
 
 import botocore.exceptions
 
-from byoc_aws import limits
-from byoc_aws.common import Aws, ToolError, aws_error, check_region, connect, run, say
+from hostkit import HostError, job
+from hostkit.aws import limits
+from hostkit.aws.common import Aws, aws_error, check_region, connect, run, say
 
 ROLE_RE = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/?[a-zA-Z_0-9+=,.@\-_/]+$")
 S3_RE = re.compile(r"^s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(/.*)?$")
 MODES = ("File", "FastFile", "Pipe")
 DISTRIBUTIONS = ("FullyReplicated", "ShardedByS3Key")  # of a channel's S3 data
-LAUNCH_DISTRIBUTIONS = ("mpi", "torch_distributed", "none")  # the SDK's distribution=
 MPI_ONLY = ("processes_per_host", "custom_mpi_options")
 SSH_KEY_ENV = "BYOC_SSH_PRIVATE_KEY"  # entrypoint/byoc/constants.py SSH_KEY_ENV
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
@@ -86,11 +86,11 @@ def parse_channel(text: str) -> dict:
     """NAME=S3_URI[,mode=File|FastFile|Pipe][,distribution=...][,wrap=RecordIO][,content-type=..]"""
     name, sep, rest = text.partition("=")
     if not sep or not name:
-        raise ToolError(f"--channel {text!r}: expected NAME=s3://bucket/prefix[,mode=Pipe,...]")
+        raise HostError(f"--channel {text!r}: expected NAME=s3://bucket/prefix[,mode=Pipe,...]")
     uri, *options = rest.split(",")
     problem = s3_problem(uri)
     if problem:
-        raise ToolError(f"--channel {name}: {uri!r} {problem}")
+        raise HostError(f"--channel {name}: {uri!r} {problem}")
     spec = {
         "ChannelName": name,
         "DataSource": {
@@ -105,25 +105,25 @@ def parse_channel(text: str) -> dict:
         key, _, value = option.partition("=")
         if key == "mode":
             if value not in MODES:
-                raise ToolError(f"--channel {name}: mode must be one of {', '.join(MODES)}")
+                raise HostError(f"--channel {name}: mode must be one of {', '.join(MODES)}")
             spec["InputMode"] = value
         elif key == "distribution":
             if value not in DISTRIBUTIONS:
-                raise ToolError(
+                raise HostError(
                     f"--channel {name}: distribution must be one of {', '.join(DISTRIBUTIONS)}"
                 )
             spec["DataSource"]["S3DataSource"]["S3DataDistributionType"] = value
         elif key == "wrap":
             if value not in ("RecordIO", "None"):
-                raise ToolError(f"--channel {name}: wrap must be RecordIO or None")
+                raise HostError(f"--channel {name}: wrap must be RecordIO or None")
             spec["RecordWrapperType"] = value
         elif key == "content-type":
             problem = limits.text_problem(value, "ContentType")
             if problem:
-                raise ToolError(f"--channel {name}: content-type {value!r} {problem}")
+                raise HostError(f"--channel {name}: content-type {value!r} {problem}")
             spec["ContentType"] = value
         else:
-            raise ToolError(f"--channel {name}: unknown option {key!r}")
+            raise HostError(f"--channel {name}: unknown option {key!r}")
     return spec
 
 
@@ -140,7 +140,7 @@ def source_files(source_dir: Path) -> tuple[list[Path], list[str]]:
             files.append(path)
             size += path.stat().st_size
             if size > MAX_SOURCE_BYTES:
-                raise ToolError(
+                raise HostError(
                     f"--source-dir {source_dir}: more than {MAX_SOURCE_BYTES >> 20} MiB of files "
                     "(the tarball is made in memory): put data in a --channel, not in the code"
                 )
@@ -159,35 +159,8 @@ def pack_source(source_dir: Path) -> bytes:
             try:
                 tar.add(path, arcname=str(path.relative_to(source_dir)), recursive=False)
             except OSError as exc:
-                raise ToolError(f"--source-dir: cannot read {path}: {exc.strerror}") from None
+                raise HostError(f"--source-dir: cannot read {path}: {exc.strerror}") from None
     return buf.getvalue()
-
-
-def distribution_hyperparameters(args) -> dict:
-    """What sagemaker.pytorch.PyTorch(image_uri=..., distribution=...) adds (SDK v2.257.7).
-
-    mpi: distribution={"mpi": {"enabled": True[, "processes_per_host": N]
-    [, "custom_mpi_options": S]}}: Framework._distribution_configuration (estimator.py) sets
-    sagemaker_mpi_enabled, sagemaker_mpi_num_of_processes_per_host only when processes_per_host
-    is given, and sagemaker_mpi_custom_mpi_options always ("" when not given).
-    torch_distributed: distribution={"torch_distributed": {"enabled": True}}:
-    PyTorch._pytorch_distribution_configuration (pytorch/estimator.py) sets
-    sagemaker_torch_distributed_enabled and sagemaker_instance_type.
-    none: distribution=None: nothing. limits.hyperparameters JSON-encodes them, as
-    PyTorch.hyperparameters() does with EstimatorBase._json_encode_hyperparameters.
-    """
-    if args.distribution == "mpi":
-        hps = {"sagemaker_mpi_enabled": True}
-        if args.processes_per_host is not None:
-            hps["sagemaker_mpi_num_of_processes_per_host"] = args.processes_per_host
-        hps["sagemaker_mpi_custom_mpi_options"] = args.custom_mpi_options or ""
-        return hps
-    if args.distribution == "torch_distributed":
-        return {
-            "sagemaker_torch_distributed_enabled": True,
-            "sagemaker_instance_type": args.instance_type,
-        }
-    return {}
 
 
 def new_job_key() -> str:
@@ -214,7 +187,7 @@ def given_job_key(path: Path) -> str:
     try:
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as exc:
-        raise ToolError(f"{what}: cannot be read: {exc}") from None
+        raise HostError(f"{what}: cannot be read: {exc}") from None
     for load in (serialization.load_ssh_private_key, serialization.load_pem_private_key):
         try:
             load(text.encode(), password=None)
@@ -222,10 +195,10 @@ def given_job_key(path: Path) -> str:
         except (ValueError, TypeError, UnsupportedAlgorithm):
             continue
     else:
-        raise ToolError(f"{what}: not an unencrypted private key (OpenSSH or PEM)")
+        raise HostError(f"{what}: not an unencrypted private key (OpenSSH or PEM)")
     limit = sagemaker_model().shape_for("TrainingEnvironmentValue").metadata["max"]
     if len(text) > limit:
-        raise ToolError(
+        raise HostError(
             f"{what}: {len(text)} characters, more than an Environment value may hold "
             f"({limit}): use an ed25519 key"
         )
@@ -245,7 +218,7 @@ def parse_args(argv):
     p.add_argument("--instance-count", type=int, default=1, help="1 or more")
     p.add_argument(
         "--distribution",
-        choices=LAUNCH_DISTRIBUTIONS,
+        choices=job.DISTRIBUTIONS,
         default="mpi",
         help="the SDK's PyTorch(distribution=...): mpi = {'mpi': {'enabled': True}} (Horovod "
         "over MPI, the default), torch_distributed = {'torch_distributed': {'enabled': True}} "
@@ -326,7 +299,7 @@ def _number(value) -> str:
 
 def _in_range(flag: str, value, low, high, unit: str, source: str) -> None:
     if (isinstance(value, float) and not math.isfinite(value)) or not low <= value <= high:
-        raise ToolError(
+        raise HostError(
             f"{flag} must be {_number(low)}-{_number(high)}{unit} ({source}), not {_number(value)}"
         )
 
@@ -344,9 +317,9 @@ def check_numbers(args) -> None:
     _in_range("--max-run", args.max_run, low, high, " s", "SageMaker's MaxRuntimeInSeconds")
     if args.max_wait is not None:
         if not args.spot:
-            raise ToolError("--max-wait is for managed spot training: add --spot")
+            raise HostError("--max-wait is for managed spot training: add --spot")
         if args.max_wait < args.max_run:
-            raise ToolError("--max-wait must be at least --max-run")
+            raise HostError("--max-wait must be at least --max-run")
         low, high = limits.int_range("MaxWaitTimeInSeconds", low=args.max_run)
         _in_range("--max-wait", args.max_wait, low, high, " s", "SageMaker's MaxWaitTimeInSeconds")
     _in_range("--poll", args.poll, *POLL_S, " s", "between status checks")
@@ -354,29 +327,29 @@ def check_numbers(args) -> None:
 
 def check_entry_point(args) -> None:
     if bool(args.source_dir) != bool(args.entry_point):
-        raise ToolError("--source-dir and --entry-point go together")
+        raise HostError("--source-dir and --entry-point go together")
     if not args.source_dir:
         return
     if not args.source_dir.is_dir():
-        raise ToolError(f"--source-dir {args.source_dir} does not exist or is not a directory")
+        raise HostError(f"--source-dir {args.source_dir} does not exist or is not a directory")
     entry, rel = args.entry_point, Path(args.entry_point)
     if limits.CONTROL.search(entry) or not entry.strip():
-        raise ToolError(f"--entry-point {entry!r} is not a file name")
+        raise HostError(f"--entry-point {entry!r} is not a file name")
     if rel.is_absolute() or ".." in rel.parts:
-        raise ToolError(
+        raise HostError(
             f"--entry-point {entry}: a path inside --source-dir, relative to it, without '..'"
         )
     path = args.source_dir / rel
     if path.is_symlink() or not path.resolve().is_relative_to(args.source_dir.resolve()):
-        raise ToolError(
+        raise HostError(
             f"--entry-point {entry} is a symlink or leads through one: the source tarball holds "
             "regular files only, so the job would not find it"
         )
     if not path.is_file():
-        raise ToolError(f"--entry-point {entry} is not a file in {args.source_dir}")
+        raise HostError(f"--entry-point {entry} is not a file in {args.source_dir}")
     if args.distribution == "torch_distributed" and not entry.endswith(".py"):
         # as the SDK's fw_utils.validate_torch_distributed_distribution refuses it
-        raise ToolError("--distribution torch_distributed runs python programs: --entry-point *.py")
+        raise HostError("--distribution torch_distributed runs python programs: --entry-point *.py")
     source_files(args.source_dir)  # its size
 
 
@@ -388,25 +361,25 @@ def job_name(args) -> str:
         name, what = f"{args.base_job_name}-{stamp}", f"--base-job-name {args.base_job_name!r}:"
     problem = limits.text_problem(name, "TrainingJobName", controls=True)
     if problem:
-        raise ToolError(f"{what} {name!r} {problem}: letters, digits and -, at most 63")
+        raise HostError(f"{what} {name!r} {problem}: letters, digits and -, at most 63")
     return name
 
 
 def validate(args) -> None:
     """Everything that can be checked without AWS, before anything is created."""
     if limits.text_problem(args.role, "RoleArn", controls=True) or not ROLE_RE.fullmatch(args.role):
-        raise ToolError(
+        raise HostError(
             f"--role {args.role!r} is not an IAM role ARN (arn:aws:iam::123456789012:role/NAME)"
         )
     problem = limits.image_problem(args.image_uri) or limits.text_problem(
         args.image_uri, "AlgorithmImage"
     )
     if problem:
-        raise ToolError(f"--image-uri {args.image_uri!r} {problem}")
+        raise HostError(f"--image-uri {args.image_uri!r} {problem}")
     types = training_instance_types()
     if args.instance_type not in types:
         close = [t for t in types if t.startswith(args.instance_type.rsplit(".", 1)[0])][:6]
-        raise ToolError(
+        raise HostError(
             f"--instance-type {args.instance_type!r} is not a SageMaker training instance type"
             + (f" (similar: {', '.join(close)})" if close else " (e.g. ml.g5.12xlarge)")
         )
@@ -420,24 +393,21 @@ def validate(args) -> None:
     ):
         problem = uri is not None and s3_problem(uri)
         if problem:
-            raise ToolError(f"{what} {uri!r} {problem}")
+            raise HostError(f"{what} {uri!r} {problem}")
     if bool(args.subnet) != bool(args.security_group):
-        raise ToolError("a VPC config needs both --subnet and --security-group")
+        raise HostError("a VPC config needs both --subnet and --security-group")
     for values, flag, item, group in (
         (args.subnet, "--subnet", "SubnetId", "Subnets"),
         (args.security_group, "--security-group", "SecurityGroupId", "VpcSecurityGroupIds"),
     ):
         if len(values) > limits.count_limit(group):
-            raise ToolError(f"{flag}: at most {limits.count_limit(group)} (SageMaker's {group})")
+            raise HostError(f"{flag}: at most {limits.count_limit(group)} (SageMaker's {group})")
         for value in values:
             problem = limits.text_problem(value, item, controls=True)
             if problem:
-                raise ToolError(f"{flag} {value!r} {problem}")
+                raise HostError(f"{flag} {value!r} {problem}")
     check_entry_point(args)
-    try:
-        limits.channel_names([c.partition("=")[0] for c in args.channel])
-    except limits.InputError as exc:
-        raise ToolError(str(exc)) from None
+    limits.channel_names([c.partition("=")[0] for c in args.channel])
     args.channel_specs = [parse_channel(c) for c in args.channel]
     # The request with placeholders for what AWS tells: refuses what CreateTrainingJob would.
     job_key = "<key>" if args.ssh_key_in_environment is not None else None
@@ -449,18 +419,25 @@ def build_request(args, region: str, account: str, job_name: str, job_key: str |
     own: dict = {}
     if args.entry_point:
         code_prefix = (args.code_location or f"s3://{bucket}").rstrip("/")
-        own["sagemaker_program"] = args.entry_point
-        own["sagemaker_submit_directory"] = f"{code_prefix}/{job_name}/source/sourcedir.tar.gz"
+        own.update(
+            job.code_hyperparameters(
+                args.entry_point, f"{code_prefix}/{job_name}/source/sourcedir.tar.gz"
+            )
+        )
     own["sagemaker_region"] = region
     own["sagemaker_job_name"] = job_name
-    own.update(distribution_hyperparameters(args))
-    try:
-        hyperparameters = limits.hyperparameters(args.hp, own, OWN_HYPERPARAMETERS)
-        env = limits.environment(
-            args.env, {SSH_KEY_ENV: "--ssh-key-in-environment"}, extra=bool(job_key)
+    own.update(
+        job.distribution_hyperparameters(
+            args.distribution,
+            processes_per_host=args.processes_per_host,
+            custom_mpi_options=args.custom_mpi_options,
+            instance_type=args.instance_type,
         )
-    except limits.InputError as exc:
-        raise ToolError(str(exc)) from None
+    )
+    hyperparameters = limits.hyperparameters(args.hp, own, OWN_HYPERPARAMETERS)
+    env = limits.environment(
+        args.env, {SSH_KEY_ENV: "--ssh-key-in-environment"}, extra=bool(job_key)
+    )
     if job_key:
         env[SSH_KEY_ENV] = job_key
     channels = args.channel_specs
@@ -561,19 +538,19 @@ def follow(aws: Aws, job_name: str, poll: float) -> int:
 
     while True:
         try:
-            job = sm.describe_training_job(TrainingJobName=job_name)
+            described = sm.describe_training_job(TrainingJobName=job_name)
         except botocore.exceptions.ClientError as exc:
             raise aws_error("sagemaker:DescribeTrainingJob", exc) from None
-        status = (job["TrainingJobStatus"], job.get("SecondaryStatus"))
+        status = (described["TrainingJobStatus"], described.get("SecondaryStatus"))
         if status != last:
             say(f"{datetime.now(timezone.utc):%H:%M:%S} {job_name}: {status[0]} ({status[1]})")
             last = status
         drain()
         if status[0] in ("Completed", "Failed", "Stopped"):
             if status[0] == "Failed":
-                say(f"failure reason: {job.get('FailureReason', '?')}")
-            if job.get("ModelArtifacts", {}).get("S3ModelArtifacts"):
-                say(f"model: {job['ModelArtifacts']['S3ModelArtifacts']}")
+                say(f"failure reason: {described.get('FailureReason', '?')}")
+            if described.get("ModelArtifacts", {}).get("S3ModelArtifacts"):
+                say(f"model: {described['ModelArtifacts']['S3ModelArtifacts']}")
             return 0 if status[0] == "Completed" else 1
         time.sleep(poll)
 
@@ -586,7 +563,7 @@ def refuse_existing_job(aws: Aws, job_name: str) -> None:
         if exc.response["Error"]["Code"] in ("ValidationException", "ResourceNotFound"):
             return  # no such job: the name is free
         raise aws_error("sagemaker:DescribeTrainingJob", exc) from None
-    raise ToolError(
+    raise HostError(
         f"--job-name {job_name}: a training job of this name exists; its source and output "
         "are left alone: choose another name"
     )
@@ -599,13 +576,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         aws = connect(args.region)
         region, account = aws.region, aws.account or "<account>"
-    except ToolError:
+    except HostError:
         if not args.dry_run:
             raise
         # A dry run needs no credentials: it shows a placeholder for the account.
         try:
             region = connect(args.region, need_account=False).region
-        except ToolError:
+        except HostError:
             region = args.region or "<region>"
         account = "<account>"
     job_name = args.job

@@ -10,19 +10,14 @@ import boto3
 import botocore.config
 import botocore.exceptions
 
+import hostkit
+from hostkit import HostError
+
 # botocore's rule for a region name (botocore/utils.py validate_region_name: a host label),
 # not empty.
 REGION_RE = re.compile(r"^(?![0-9]+$)(?!-)[a-zA-Z0-9-]{1,63}(?<!-)$")
 # An endpoint that does not answer fails in seconds, not botocore's default 60 s per attempt.
 CLIENT_CONFIG = botocore.config.Config(connect_timeout=10, read_timeout=60)
-
-
-class ToolError(Exception):
-    """Ends the tool with this message and exit code 2 (bad input) or 1 (AWS/Docker refused)."""
-
-    def __init__(self, message: str, code: int = 2):
-        super().__init__(message)
-        self.code = code
 
 
 def say(text: str) -> None:
@@ -41,26 +36,26 @@ class Aws:
 
 def check_region(region: str | None, what: str = "--region") -> None:
     if region is not None and not REGION_RE.fullmatch(region):
-        raise ToolError(f"{what} {region!r} is not an AWS region name (e.g. us-east-1)")
+        raise HostError(f"{what} {region!r} is not an AWS region name (e.g. us-east-1)")
 
 
 def connect(region: str | None = None, need_account: bool = True) -> Aws:
-    """A session from the usual AWS configuration; ToolError when there is none to use."""
+    """A session from the usual AWS configuration; HostError when there is none to use."""
     check_region(region)
     try:
         session = boto3.Session(region_name=region) if region else boto3.Session()
     except botocore.exceptions.ProfileNotFound as exc:
-        raise ToolError(f"{exc}: check AWS_PROFILE and ~/.aws/config") from None
+        raise HostError(f"{exc}: check AWS_PROFILE and ~/.aws/config") from None
     region = session.region_name
     if not region:
-        raise ToolError(
+        raise HostError(
             "no AWS region: pass --region, set AWS_REGION, or `aws configure set region ...`"
         )
     check_region(region, "the AWS configuration's region")
     if session.get_credentials() is None:
         if not need_account:
             return Aws(session, region, None)
-        raise ToolError(
+        raise HostError(
             "no AWS credentials found: set AWS_PROFILE (after `aws configure` or "
             "`aws sso login`), or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or run where an "
             "instance role is attached"
@@ -71,30 +66,29 @@ def connect(region: str | None = None, need_account: bool = True) -> Aws:
             sts = session.client("sts", region_name=region, config=CLIENT_CONFIG)
             account = sts.get_caller_identity()["Account"]
         except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
-            raise ToolError(
+            raise HostError(
                 f"the AWS credentials do not work (sts:GetCallerIdentity): {exc}", 1
             ) from None
     return Aws(session, region, account)
 
 
-def aws_error(action: str, exc: Exception) -> ToolError:
-    """A ToolError naming the call, the error code and AWS's message."""
+def aws_error(action: str, exc: Exception) -> HostError:
+    """A HostError naming the call, the error code and AWS's message."""
     if isinstance(exc, botocore.exceptions.ClientError):
         err = exc.response.get("Error", {})
-        return ToolError(f"{action} failed: {err.get('Code')}: {err.get('Message')}", 1)
-    return ToolError(f"{action} failed: {exc}", 1)
+        return HostError(f"{action} failed: {err.get('Code')}: {err.get('Message')}", 1)
+    return HostError(f"{action} failed: {exc}", 1)
 
 
 def run(main, argv=None) -> int:
-    try:
-        return main(argv)
-    except ToolError as exc:
-        say(f"error: {exc}")
-        return exc.code
-    except KeyboardInterrupt:
-        say("interrupted")
-        return 130
-    except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
-        # Every AWS call names itself where it is made; this is the net under the rest.
-        say(f"error: {aws_error('an AWS call', exc)}")
-        return 1
+    """main(argv)'s exit status, as hostkit.run ends a tool ("push: error: ..."); an AWS error
+    that no call named where it was made is one too."""
+
+    def guarded(args):
+        try:
+            return main(args)
+        except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
+            # Every AWS call names itself where it is made; this is the net under the rest.
+            raise aws_error("an AWS call", exc) from None
+
+    return hostkit.run(main.__module__.rsplit(".", 1)[-1], guarded, argv)

@@ -11,6 +11,8 @@ import json
 import re
 from functools import cache
 
+from hostkit import HostError
+
 # The API's "integer" shapes are 32-bit; the model gives most of them a minimum only.
 API_INT_MAX = 2**31 - 1
 # MaxRuntimeInSeconds' documentation in the model: "The maximum value is 28 days."
@@ -103,10 +105,7 @@ def int_range(name: str, low: int | None = None, high: int | None = None) -> tup
     return lo, hi
 
 
-# --- checks the tools share; each raises InputError with a message naming the option ----------
-class InputError(ValueError):
-    """Bad input: the message names the option and what is wrong."""
-
+# --- checks the tools share; each raises HostError with a message naming the option -----------
 
 # Docker's image reference grammar (distribution/reference): [domain[:port]/]path[:tag][@digest].
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
@@ -139,9 +138,9 @@ def env_key(name: str) -> str:
 def split_pair(item: str, flag: str) -> tuple[str, str]:
     key, sep, value = item.partition("=")
     if not sep:
-        raise InputError(f"{flag} {item!r}: expected NAME=VALUE")
+        raise HostError(f"{flag} {item!r}: expected NAME=VALUE")
     if not key:
-        raise InputError(f"{flag} {item!r}: the name before '=' is empty")
+        raise HostError(f"{flag} {item!r}: the name before '=' is empty")
     return key, value
 
 
@@ -152,7 +151,7 @@ def parse_value(text: str, flag: str = "--hp", key: str = "") -> object:
     except json.JSONDecodeError:
         return text
     except RecursionError:
-        raise InputError(f"{flag} {key}: the value is nested too deeply to be JSON") from None
+        raise HostError(f"{flag} {key}: the value is nested too deeply to be JSON") from None
 
 
 def hyperparameters(
@@ -166,16 +165,16 @@ def hyperparameters(
         key, text = split_pair(item, flag)
         problem = text_problem(key, "HyperParameterKey", controls=True)
         if problem:
-            raise InputError(f"{flag} {key!r}: the name {problem}")
+            raise HostError(f"{flag} {key!r}: the name {problem}")
         if key in owners:
-            raise InputError(f"{flag} {key}: set by {owners[key]}; use that, not {flag}")
+            raise HostError(f"{flag} {key}: set by {owners[key]}; use that, not {flag}")
         if key in values:
-            raise InputError(f"{flag} {key}: given twice")
+            raise HostError(f"{flag} {key}: given twice")
         values[key] = parse_value(text, flag, key)
     values.update(own)
     limit = count_limit("HyperParameters")
     if len(values) > limit:
-        raise InputError(
+        raise HostError(
             f"{flag}: {len(values) - len(own)} given and {len(own)} set by the tool; SageMaker's "
             f"HyperParameters holds at most {limit}"
         )
@@ -185,18 +184,16 @@ def hyperparameters(
         name = owners.get(key, flag)
         other = seen.setdefault(env_key(key), key)
         if other != key:
-            raise InputError(
+            raise HostError(
                 f"{name} {key}: collides with {other!r} (both are SM_HP_{env_key(key)} in the job)"
             )
         try:
             text = json.dumps(value)
         except (RecursionError, ValueError):
-            raise InputError(f"{name} {key}: the value is nested too deeply to be JSON") from None
+            raise HostError(f"{name} {key}: the value is nested too deeply to be JSON") from None
         problem = text_problem(text, "HyperParameterValue")
         if problem:
-            raise InputError(
-                f"{name} {key}: the value, JSON-encoded as the SDK sends it, {problem}"
-            )
+            raise HostError(f"{name} {key}: the value, JSON-encoded as the SDK sends it, {problem}")
         encoded[key] = text
     return encoded
 
@@ -211,18 +208,18 @@ def environment(
         name, value = split_pair(item, flag)
         problem = text_problem(name, "TrainingEnvironmentKey", controls=True)
         if problem:
-            raise InputError(f"{flag} {name!r}: the name {problem}")
+            raise HostError(f"{flag} {name!r}: the name {problem}")
         if name in owners:
-            raise InputError(f"{flag} {name}: set by {owners[name]}; use that, not {flag}")
+            raise HostError(f"{flag} {name}: set by {owners[name]}; use that, not {flag}")
         if name in env:
-            raise InputError(f"{flag} {name}: given twice")
+            raise HostError(f"{flag} {name}: given twice")
         problem = text_problem(value, "TrainingEnvironmentValue")
         if problem:
-            raise InputError(f"{flag} {name}: the value {problem}")
+            raise HostError(f"{flag} {name}: the value {problem}")
         env[name] = value
     limit = count_limit("TrainingEnvironmentMap")
     if len(env) + extra > limit:
-        raise InputError(
+        raise HostError(
             f"{flag}: {len(env) + extra} variables; SageMaker's Environment holds {limit}"
         )
     return env
@@ -232,21 +229,19 @@ def channel_names(names: list[str], flag: str = "--channel") -> None:
     """Each a valid, distinct ChannelName that is not '.' or '..'; at most InputDataConfig's."""
     limit = count_limit("InputDataConfig")
     if len(names) > limit:
-        raise InputError(
-            f"{flag}: {len(names)} channels; SageMaker's InputDataConfig holds {limit}"
-        )
+        raise HostError(f"{flag}: {len(names)} channels; SageMaker's InputDataConfig holds {limit}")
     seen: dict[str, str] = {}
     for name in names:
         problem = text_problem(name, "ChannelName", controls=True)
         if problem is None and name in (".", ".."):
             problem = "is '.' or '..': it would be the data directory itself or its parent"
         if problem:
-            raise InputError(f"{flag} {name!r}: the channel name {problem}")
+            raise HostError(f"{flag} {name!r}: the channel name {problem}")
         if names.count(name) > 1:
-            raise InputError(f"{flag} {name}: given twice")
+            raise HostError(f"{flag} {name}: given twice")
         other = seen.setdefault(env_key(name), name)
         if other != name:
-            raise InputError(
+            raise HostError(
                 f"{flag} {name}: collides with channel {other!r} (both are "
                 f"SM_CHANNEL_{env_key(name)} in the job)"
             )

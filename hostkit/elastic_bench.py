@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The elastic part of `make bench`: join and recovery times of elastic Horovod, medians.
 
-    scripts/elastic_bench.py [--repeats 3] [--out DIR] [--timeout 1800]
+    python3 -m hostkit.elastic_bench [--repeats 3] [--out DIR] [--timeout 1800]
 
 A local cluster of its own (scripts/cluster.sh, project pytorch-horovod-elastic-bench, one
 process per node) runs train_elastic.py under elastic horovodrun with byoc-discover-hosts, on
@@ -32,6 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from hostkit import Teller
+
 ROOT = Path(__file__).resolve().parents[1]
 CLUSTER = ROOT / "scripts" / "cluster.sh"
 PROJECT = "pytorch-horovod-elastic-bench"
@@ -39,8 +41,7 @@ MAX_REPEATS = 6  # node2..node7
 TRAINING = re.compile(r"ELASTIC training size=(\d+) .*rank=0 t=([0-9.]+)")
 
 
-def say(msg: str) -> None:
-    print(f"elastic-bench: {msg}", file=sys.stderr, flush=True)
+say = Teller("elastic-bench")
 
 
 def cluster(env: dict[str, str], *args: str, timeout: float = 300) -> None:

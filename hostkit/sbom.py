@@ -2,7 +2,7 @@
 (/opt/byoc/sbom.cdx.json, named by the image's io.github.pytorch-horovod.sbom label), copied out,
 checked against CycloneDX's 1.6 JSON schema (CycloneDX's library), and summed up.
 
-    python scripts/sbom.py --image pytorch-horovod:cpu [--out build/sbom/IMAGE_TAG.cdx.json]
+    python -m hostkit.sbom --image pytorch-horovod:cpu [--out build/sbom/IMAGE_TAG.cdx.json]
 """
 
 from __future__ import annotations
@@ -14,17 +14,14 @@ import re
 import sys
 from pathlib import Path
 
-from byoc_aws import limits
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
-from local_train import Docker, Refused
+
+from hostkit import HostError, run
+from hostkit.aws import limits
+from hostkit.docker import Docker
 
 LABEL = "io.github.pytorch-horovod.sbom"
-
-
-def fail(message: str) -> int:
-    print(f"sbom: error: {message}", file=sys.stderr)
-    return 1
 
 
 def origin(component: dict) -> str:
@@ -42,25 +39,24 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     problem = limits.image_problem(args.image)
     if problem:
-        return fail(f"--image {args.image!r} {problem}")
-    try:
-        docker = Docker()  # $DOCKER, as make passes it ('sudo docker' works)
-    except Refused as exc:
-        return fail(str(exc))
-    inspect = docker.run(
+        raise HostError(f"--image {args.image!r} {problem}", 1)
+    docker = Docker()  # $DOCKER, as make passes it ('sudo docker' works)
+    inspect = docker(
         "image", "inspect", "--format", "{{json .Config.Labels}}", args.image, check=False
     )
     if inspect.returncode != 0:
-        return fail(f"no image {args.image}: {inspect.stderr.strip()} (make build first)")
+        raise HostError(f"no image {args.image}: {inspect.stderr.strip()} (make build first)", 1)
     path = (json.loads(inspect.stdout) or {}).get(LABEL)
     if not path:
-        return fail(f"{args.image} has no {LABEL} label: built before the SBOM was (rebuild it)")
-    read = docker.run("run", "--rm", "--entrypoint", "cat", args.image, path, check=False)
+        raise HostError(
+            f"{args.image} has no {LABEL} label: built before the SBOM was (rebuild it)", 1
+        )
+    read = docker("run", "--rm", "--entrypoint", "cat", args.image, path, check=False)
     if read.returncode != 0:
-        return fail(f"{args.image}: cannot read {path}: {read.stderr.strip()}")
+        raise HostError(f"{args.image}: cannot read {path}: {read.stderr.strip()}", 1)
     error = JsonStrictValidator(SchemaVersion.V1_6).validate_str(read.stdout)
     if error is not None:
-        return fail(f"{args.image}:{path} is not valid CycloneDX 1.6: {error}")
+        raise HostError(f"{args.image}:{path} is not valid CycloneDX 1.6: {error}", 1)
     out = args.out or Path("build/sbom") / (re.sub(r"[/:@]", "_", args.image) + ".cdx.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(read.stdout)
@@ -72,4 +68,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run("sbom", main))

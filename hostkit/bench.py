@@ -1,15 +1,15 @@
 #!/usr/bin/env python3
 """`make bench`: measure the image on a local cluster, side by side, in one run.
 
-    scripts/bench.py [--nodes 2] [--cpus-per-node K] [--quick] [--parts ...] [--timeout 3600]
-                     [--elastic-repeats 3]
+    python3 -m hostkit.bench [--nodes 2] [--cpus-per-node K] [--quick] [--parts ...]
+                             [--timeout 3600] [--elastic-repeats 3]
 
 Starts NODES development containers of $IMAGE:$TAG (scripts/cluster.sh, project
 pytorch-horovod-bench, each pinned to its own cores so hosts do not share them), runs the
 in-image driver (`python -m byoc.bench.run`, see entrypoint/byoc/bench/run.py) on node0, and
 leaves bench/<timestamp>/results.json, bench.png and the printed table; the cluster is removed
 whatever happens. Runnable by hand inside any cluster of the image too: see docs/performance.md.
-Then, in a cluster of its own, the elastic part (scripts/elastic_bench.py): join and recovery
+Then, in a cluster of its own, the elastic part (hostkit/elastic_bench.py): join and recovery
 times of elastic Horovod, into the same directory (--parts elastic: only that).
 """
 
@@ -24,7 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import elastic_bench
+from hostkit import HostError, Teller, elastic_bench
+from hostkit.docker import Docker
 
 ROOT = Path(__file__).resolve().parents[1]
 CLUSTER = ROOT / "scripts" / "cluster.sh"
@@ -32,20 +33,19 @@ PROJECT = "pytorch-horovod-bench"
 MAX_NODES = 8
 
 
-def say(msg: str) -> None:
-    print(f"bench: {msg}", file=sys.stderr, flush=True)
+say = Teller("bench")
 
 
 def pick_image() -> str | None:
     """$BYOC_IMAGE, else $IMAGE:$TAG; where that is the default gpu image and only the cpu one
     was built (`make build FLAVOR=cpu`, then `make bench`), the cpu one, said so."""
-    docker = os.environ.get("DOCKER", "docker")
+    try:
+        exists = Docker().exists
+    except HostError as exc:
+        say(f"error: {exc}")
+        return None
     name = os.environ.get("IMAGE", "pytorch-horovod")
     wanted = os.environ.get("BYOC_IMAGE") or f"{name}:{os.environ.get('TAG', 'gpu')}"
-
-    def exists(ref: str) -> bool:
-        probe = [docker, "image", "inspect", ref]
-        return subprocess.run(probe, capture_output=True, check=False).returncode == 0
 
     if exists(wanted):
         return wanted
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def elastic_part(image: str, repeats: int, target: Path, timeout: float) -> int:
-    """scripts/elastic_bench.py on the same image, its elastic.json beside the other results."""
+    """hostkit/elastic_bench.py on the same image, its elastic.json beside the other results."""
     say(f"elastic part: {repeats} join(s) and recovery(ies)")
     return elastic_bench.main(
         [
