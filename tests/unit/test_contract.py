@@ -5,30 +5,12 @@ from __future__ import annotations
 import json
 import sys
 import tarfile
-from pathlib import Path
 
 import pytest
 from byoc import code, config, environment, plan, report, settings
 from byoc import constants as C
 
-
-def make_tree(root: Path, hosts=("algo-1", "algo-2"), current="algo-1", hps=None, channels=None):
-    cfg = root / "input" / "config"
-    cfg.mkdir(parents=True, exist_ok=True)
-    (cfg / "resourceconfig.json").write_text(
-        json.dumps(
-            {
-                "current_host": current,
-                "hosts": list(hosts),
-                "network_interface_name": "eth0",
-                "current_instance_type": "ml.p4d.24xlarge",
-            }
-        )
-    )
-    (cfg / "hyperparameters.json").write_text(json.dumps(hps or {}))
-    (cfg / "inputdataconfig.json").write_text(json.dumps(channels or {}))
-    return root
-
+from tests.unit.fakes import make_plan, make_tree
 
 # What the SageMaker Python SDK writes for PyTorch(..., hyperparameters={...},
 # distribution={"mpi": {"enabled": True, "processes_per_host": 4,
@@ -162,17 +144,6 @@ def test_sm_variables(tmp_path):
     assert training["hosts"] == ["algo-1", "algo-2"] and training["num_gpus"] == 8
     merged = environment.merged_environment({"SM_MODEL_DIR": "/mine", "PATH": "/bin"}, env)
     assert merged["SM_MODEL_DIR"] == "/mine" and merged["PATH"] == "/bin"
-
-
-def make_plan(cfg, program, num_gpus, env=None, launcher="horovod", interface=None):
-    return plan.make_plan(
-        cfg,
-        program,
-        launcher=launcher,
-        num_gpus=num_gpus,
-        settings=settings.load(env or {}),
-        interface=interface,
-    )
 
 
 def test_plan_multi_host_with_sdk_mpi_options(tmp_path):

@@ -10,15 +10,12 @@ from pathlib import Path
 import pytest
 from byoc import cuda_compat
 
+from tests.unit.fakes import OPEN, PROPRIETARY
+
 ROOT = Path(__file__).resolve().parents[2]
+
+
 # /proc/driver/nvidia/version as the proprietary and the open kernel modules write it.
-PROPRIETARY = (
-    "NVRM version: NVIDIA UNIX x86_64 Kernel Module  {v}  Wed Jul 26 23:20:55 UTC 2023\n"
-    "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n"
-)
-OPEN = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {v}  Release Build  (dvs)\n"
-
-
 @pytest.fixture
 def host(tmp_path):
     """A compat dir with libcuda 580.95.05 (as cuda-compat-13-0 has it) and a version file."""

@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 from byoc import doctor
 
-from tests.unit.test_cuda_compat import OPEN, PROPRIETARY
-from tests.unit.test_fabric import Host
+from tests.unit.fakes import OPEN, PROPRIETARY, Host
 
 OFI_SOURCE = "aws-ofi-nccl 1.21.1 sha256:{} https://github.com/aws/aws-ofi-nccl/x.tar.gz\n"
 OFI_SOURCE = OFI_SOURCE.format("ab" * 32)

@@ -4,102 +4,14 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import pytest
 from byoc import config, fabric, init, instances
 
+from tests.unit.fakes import Host
+
 PLUGIN_VARS = ("NCCL_NET_PLUGIN", "FI_PROVIDER", "FI_EFA_FORK_SAFE", "RDMAV_FORK_SAFE")
 NO_EFA_HERE = "fabric: WARNING: this host has EFA but NCCL will not use it"
-
-
-class Host:
-    """A container's view of its host under a tmp root: what fabric.look() and doctor read."""
-
-    def __init__(self, root: Path):
-        self.root = root
-        self.ml = root / "opt/ml"
-        self.env: dict[str, str] = {"SAGEMAKER_BASE_DIR": str(self.ml)}
-
-    def _ib(self, name: str, driver: str) -> None:
-        drivers = self.root / "sys/bus/pci/drivers" / driver
-        drivers.mkdir(parents=True, exist_ok=True)
-        device = self.root / "sys/class/infiniband" / name / "device"
-        device.mkdir(parents=True)
-        (device / "driver").symlink_to(drivers)
-
-    def efa(self, count: int, uverbs: int | None = None) -> Host:
-        """count EFA devices (rdmap<N>s0 bound to efa) and as many uverbs nodes unless told."""
-        for n in range(count):
-            self._ib(f"rdmap{n}s0", "efa")
-        return self.uverbs(count if uverbs is None else uverbs)
-
-    def mlx(self, name: str = "mlx5_0") -> Host:
-        """An InfiniBand device of another driver: not EFA."""
-        self._ib(name, "mlx5_core")
-        return self
-
-    def uverbs(self, count: int) -> Host:
-        dev = self.root / "dev/infiniband"
-        dev.mkdir(parents=True, exist_ok=True)
-        for n in range(count):
-            (dev / f"uverbs{n}").write_bytes(b"")
-        return self
-
-    def plugin(self, source: str | None = None) -> Host:
-        lib = self.root / fabric.PLUGIN
-        lib.parent.mkdir(parents=True, exist_ok=True)
-        lib.write_bytes(b"")
-        if source is not None:
-            (self.root / "opt/amazon/ofi-nccl/SOURCE").write_text(source)
-        return self
-
-    def not_built(self, reason: str) -> Host:
-        note = self.root / fabric.PLUGIN_NOT_BUILT
-        note.parent.mkdir(parents=True, exist_ok=True)
-        note.write_text(reason + "\n")
-        return self
-
-    def interfaces(self, *names: str, default_route: str | None = None) -> Host:
-        net = self.root / "sys/class/net"
-        for name in ("lo", *names):
-            (net / name).mkdir(parents=True, exist_ok=True)
-        route = self.root / "proc/net/route"
-        route.parent.mkdir(parents=True, exist_ok=True)
-        lines = ["Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask"]
-        if default_route:
-            lines.append(f"{default_route}\t00000000\t0100A8C0\t0003\t0\t0\t0\t00000000")
-        route.write_text("\n".join(lines) + "\n")
-        return self
-
-    def job(self, **resource) -> Host:
-        """resourceconfig.json with SageMaker's fields, overridden by resource."""
-        data = {
-            "current_host": "algo-1",
-            "hosts": ["algo-1", "algo-2"],
-            "current_instance_type": "ml.p4d.24xlarge",
-            "network_interface_name": "eth0",
-            **resource,
-        }
-        return self.resource_text(json.dumps({k: v for k, v in data.items() if v is not None}))
-
-    def resource_text(self, text: str | bytes) -> Host:
-        path = self.ml / "input/config/resourceconfig.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(text, bytes):
-            path.write_bytes(text)
-        else:
-            path.write_text(text)
-        return self
-
-    def look(self) -> fabric.Facts:
-        return fabric.look(self.env, self.root)
-
-    def decide(self) -> fabric.Decision:
-        return fabric.decide(self.look(), self.env, fabric.mode(self.env))
-
-    def apply(self) -> list[str]:
-        return fabric.apply(self.env, self.root)
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import pytest
 from byoc import config, init, netif, plan, report, settings
 from byoc import constants as C
 
-from tests.unit.test_contract import make_plan, make_tree
+from tests.unit.fakes import make_plan, make_tree
 
 
 def hps(**kw) -> dict:

@@ -16,7 +16,7 @@ from byoc import constants as C
 from byoc.errors import JobError
 from byoc.launch import sdk
 
-from tests.unit.test_contract import make_tree
+from tests.unit.fakes import make_tree
 
 ROOT = Path(__file__).resolve().parents[2]
 ED = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMnF8X0i4p2rZ4sH6qvS5c1kXzq0m5Vv2nL3yJ8eTz0a"

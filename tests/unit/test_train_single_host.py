@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.test_contract import make_tree
+from tests.unit.fakes import make_tree
 
 ROOT = Path(__file__).resolve().parents[2]
 
