@@ -32,6 +32,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from byoc.deadline import Deadline
 
+# The routes, spelled here only: the server below answers them, Client asks them.
+JOIN, PEERS, STATUS, REPORT = "/join", "/peers", "/status", "/report"
 MAX_BODY = 64 * 1024  # a join or a report is a few KB
 # One OpenSSH public key: type, base64 blob, maybe a printable comment; no options, no newline.
 PUBLIC_KEY = re.compile(
@@ -154,6 +156,33 @@ class JobState:
                     return missing
                 self.lock.wait(min(deadline.left(), 0.2))
 
+    def fill_addresses(self, host: str, addresses: set[str]) -> None:
+        """host's addresses where its join recorded none (its own name does not resolve yet)."""
+        with self.lock:
+            member = self.members.get(host)
+            if member is not None and not member["addresses"]:
+                member["addresses"] = sorted(addresses)
+                self.lock.notify_all()
+
+    def reported(self) -> dict[str, dict]:
+        """Every worker's own result so far ({host: result}), a copy."""
+        with self.lock:
+            return dict(self.reports)
+
+    def failed_hosts(self) -> list[str]:
+        """Workers that reported a failure."""
+        with self.lock:
+            return sorted(h for h, r in self.reports.items() if r.get("exit_code") not in (0, None))
+
+    def wait_for_failure(self, stop: Callable[[], bool]) -> list[str]:
+        """Wait until a worker has reported a failure (those workers) or stop() is true ([])."""
+        with self.lock:
+            while True:
+                failed = self.failed_hosts()
+                if failed or stop():
+                    return failed
+                self.lock.wait(0.5)
+
     def missing_members(self, hosts: list[str]) -> Callable[[], set[str]]:
         return lambda: set(hosts) - set(self.members)
 
@@ -182,9 +211,9 @@ def serve(state: JobState, port: int) -> ThreadingHTTPServer:
             host = urllib.parse.parse_qs(url.query).get("host", [None])[0]
             if host and state.claim(host, self.client_address[0]):
                 host = None  # answered, but not counted as that host having seen it
-            if url.path == "/status":
+            if url.path == STATUS:
                 self._send(200, state.snapshot(host))
-            elif url.path == "/peers":
+            elif url.path == PEERS:
                 self._send(200, state.peers(host))
             else:
                 self._send(404, {"error": "no such path"})
@@ -201,9 +230,9 @@ def serve(state: JobState, port: int) -> ThreadingHTTPServer:
             except ValueError as exc:
                 self._send(400, {"error": f"bad request: {exc}"})
                 return
-            if url.path == "/join":
+            if url.path == JOIN:
                 refused = state.join(body, self.client_address[0])
-            elif url.path == "/report":
+            elif url.path == REPORT:
                 refused = state.report(body, self.client_address[0])
             else:
                 self._send(404, {"error": "no such path"})
@@ -284,3 +313,40 @@ def poll(
                 )
                 raise LeaderLost(f"leader {leader} {why} ({exc})") from exc
         time.sleep(0.25)
+
+
+class Client:
+    """A host's side of the wire: every call asks the leader until it has the answer wanted,
+    bounded as poll() is (appear, then lost_after); LeaderLost or Refused otherwise."""
+
+    def __init__(self, leader: str, port: int, me: str, *, appear: float, lost_after: float):
+        self.leader, self.port, self.me = leader, port, me
+        self.appear, self.lost_after = appear, lost_after
+        self._as_me = "?" + urllib.parse.urlencode({"host": me})
+
+    def _ask(self, path: str, until: Callable[[dict], bool], body=None, appear=None) -> dict:
+        return poll(
+            self.leader,
+            self.port,
+            path,
+            until,
+            appear=self.appear if appear is None else appear,
+            lost_after=self.lost_after,
+            body=body,
+        )
+
+    def join(self, keys: dict) -> dict:
+        """This host's public keys (empty where the launcher needs no SSH), once accepted."""
+        return self._ask(JOIN, lambda _: True, body=keys)
+
+    def peers(self, until: Callable[[dict], bool]) -> dict:
+        """The job's members ({"complete", "hosts", "state", "exit_code"}), until until(it)."""
+        return self._ask(PEERS + self._as_me, until)
+
+    def status(self, until: Callable[[dict], bool]) -> dict:
+        """The job's state ({"state", "exit_code"}), until until(it)."""
+        return self._ask(STATUS + self._as_me, until)
+
+    def report(self, result: dict) -> dict:
+        """This host's own result; the leader is up already, so silence counts from the start."""
+        return self._ask(REPORT, lambda _: True, body=result, appear=self.lost_after)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import socket
 import threading
-import urllib.parse
 from pathlib import Path
 
 from byoc import coordinator, ssh
@@ -65,13 +64,10 @@ def lead(
     refused = state.join(keys, source=None)
     if refused:
         raise JobError(f"the leader cannot join its own job: {refused[1]}")
-    with state.lock:
-        me = state.members[cfg.leader]
-        if not me["addresses"]:
-            # Its own name does not resolve (yet): the address its host name has will do.
-            me["addresses"] = sorted(
-                coordinator.host_addresses(socket.gethostname()) - {"127.0.0.1"}
-            )
+    # Where its own name does not resolve (yet), the address its host name has will do.
+    state.fill_addresses(
+        cfg.leader, coordinator.host_addresses(socket.gethostname()) - {"127.0.0.1"}
+    )
     workers = cfg.hosts[1:]
     missing = state.wait_for(state.missing_members(workers), settings.peer_timeout, stop)
     if missing:
@@ -83,28 +79,29 @@ def lead(
     return _members(state.peers(None)["hosts"])
 
 
+def client(cfg: JobConfig, settings: Settings) -> coordinator.Client:
+    """This host's client of the leader's coordinator: BYOC_LEADER_TIMEOUT until the leader
+    first answers, BYOC_LEADER_LOST_AFTER of silence after."""
+    return coordinator.Client(
+        cfg.leader,
+        settings.coordinator_port,
+        cfg.current_host,
+        appear=settings.leader_timeout,
+        lost_after=settings.leader_lost_after,
+    )
+
+
 def follow(cfg: JobConfig, keys: dict, settings: Settings) -> list[ssh.Member]:
     """On a worker: join at the leader, then wait for the complete list of members."""
     me = cfg.current_host
-    query = urllib.parse.urlencode({"host": me})
-    common = {
-        "appear": settings.leader_timeout,
-        "lost_after": settings.leader_lost_after,
-    }
-    port = settings.coordinator_port
+    leader = client(cfg, settings)
     print(
         f"byoc: {me} waiting for the leader {cfg.leader} (up to {settings.leader_timeout:.0f} s)",
         flush=True,
     )
     try:
-        coordinator.poll(cfg.leader, port, "/join", lambda _: True, body=keys, **common)
-        answer = coordinator.poll(
-            cfg.leader,
-            port,
-            f"/peers?{query}",
-            lambda a: bool(a.get("complete")) or a.get("state") == "done",
-            **common,
-        )
+        leader.join(keys)
+        answer = leader.peers(lambda a: bool(a.get("complete")) or a.get("state") == "done")
     except (coordinator.LeaderLost, coordinator.Refused) as exc:
         raise JobError(f"Worker {me}: {exc}") from exc
     if not answer.get("complete"):
@@ -118,18 +115,3 @@ def follow(cfg: JobConfig, keys: dict, settings: Settings) -> list[ssh.Member]:
         if m.host == cfg.leader:
             m.addresses[:] = sorted(set(m.addresses) | coordinator.host_addresses(cfg.leader))
     return members
-
-
-def leader_status(cfg: JobConfig, settings: Settings, until) -> dict:
-    """Ask the leader for the job's state, as this host, until until(answer): bounded by
-    BYOC_LEADER_TIMEOUT until it first answers and BYOC_LEADER_LOST_AFTER of silence after;
-    coordinator.LeaderLost or Refused otherwise."""
-    query = urllib.parse.urlencode({"host": cfg.current_host})
-    return coordinator.poll(
-        cfg.leader,
-        settings.coordinator_port,
-        f"/status?{query}",
-        until,
-        appear=settings.leader_timeout,
-        lost_after=settings.leader_lost_after,
-    )

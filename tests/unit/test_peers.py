@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from byoc import config, coordinator, peers, settings, ssh
+from byoc import config, coordinator, peers, session, settings, ssh
 from byoc import constants as C
 from byoc.errors import JobError
 from byoc.launch import sdk
@@ -93,6 +93,44 @@ def test_peers_are_complete_only_when_every_host_joined(leader):
     assert state.wait_for(state.missing_peers_seen(["algo-2", "algo-3"]), 0.1) == {"algo-3"}
 
 
+def test_the_client_asks_the_routes_the_leader_serves(leader):
+    """coordinator.Client, the one client of the wire: join, peers, status and report land in
+    the leader's state, as that host (which is what the leader counts as seen)."""
+    state, port, addresses = leader
+    addresses["algo-3"] = {"127.0.0.1"}
+    state.join(member("algo-1"), None)
+    clients = {
+        h: coordinator.Client("127.0.0.1", port, h, appear=5, lost_after=5)
+        for h in ("algo-2", "algo-3")
+    }
+    for host, client in clients.items():
+        assert client.join(member(host)) == {}
+    answer = clients["algo-2"].peers(lambda a: a["complete"])
+    assert set(answer["hosts"]) == {"algo-1", "algo-2", "algo-3"}
+    assert state.wait_for(state.missing_peers_seen(["algo-2"]), 0.1) == set()
+    state.set("done", 3)
+    assert clients["algo-3"].status(lambda a: a["state"] == "done")["exit_code"] == 3
+    assert state.wait_for(state.missing_done_seen(["algo-2", "algo-3"]), 0.1) == {"algo-2"}
+    clients["algo-2"].report({"host": "algo-2", "exit_code": 0, "failure": None})
+    clients["algo-3"].report({"host": "algo-3", "exit_code": 1, "failure": None})
+    assert set(state.reported()) == {"algo-2", "algo-3"} and state.failed_hosts() == ["algo-3"]
+    with pytest.raises(coordinator.Refused, match="not a host of this job"):
+        coordinator.Client("127.0.0.1", port, "evil", appear=5, lost_after=5).report(
+            {"host": "evil", "exit_code": 0}
+        )
+
+
+def test_a_failure_report_ends_the_wait_for_one(leader):
+    state = leader[0]
+    stop = threading.Event()
+    t0 = time.monotonic()
+    threading.Timer(0.3, stop.set).start()
+    assert state.wait_for_failure(stop.is_set) == []  # stopped: nothing failed
+    assert 0.2 < time.monotonic() - t0 < 5
+    threading.Timer(0.3, lambda: state.report({"host": "algo-2", "exit_code": 137}, None)).start()
+    assert state.wait_for_failure(lambda: False) == ["algo-2"]
+
+
 def test_waits_end_at_their_bound_or_when_stopped(leader):
     state = leader[0]
     t0 = time.monotonic()
@@ -155,6 +193,47 @@ def test_the_leader_names_the_hosts_that_never_joined(tmp_path):
     state = coordinator.JobState(cfg.hosts, lambda h: {"127.0.0.1"})
     with pytest.raises(JobError, match="algo-2 did not join the job within 1 s"):
         peers.lead(state, cfg, member("algo-1"), settings.load({C.PEER_TIMEOUT_ENV: "1"}))
+
+
+def test_one_lifecycle_leads_and_follows_over_the_wire(tmp_path):
+    """byoc.session, as every launcher uses it: the worker meets the leader, sees "running",
+    reports; the leader ends with the result and leaves once the worker has seen it."""
+    port = free_port()
+    the_settings = settings.load(
+        {C.COORD_PORT_ENV: str(port), C.LEADER_TIMEOUT_ENV: "30", C.LEADER_LOST_ENV: "5"}
+    )
+    hosts = ("127.0.0.1", "localhost")  # both resolve to loopback here; the first leads
+    lead_cfg = config.load(make_tree(tmp_path / "a", hosts=hosts, current="127.0.0.1"))
+    work_cfg = config.load(make_tree(tmp_path / "b", hosts=hosts, current="localhost"))
+    seen: dict = {}
+
+    def worker():
+        follow = session.Following(work_cfg, the_settings)
+        seen["members"] = sorted(m.host for m in follow.meet(member("localhost")))
+        seen["state"] = follow.status(lambda a: a["state"] != "starting")["state"]
+        follow.report({"host": "localhost", "exit_code": 0, "failure": None})
+        seen["result"] = follow.status(lambda a: a["state"] == "done")["exit_code"]
+
+    lead = session.Leading(lead_cfg, the_settings)
+    t = threading.Thread(target=worker, daemon=True)
+    t.start()
+    try:
+        assert sorted(m.host for m in lead.meet(member("127.0.0.1"))) == list(hosts)
+        lead.running()
+        assert lead.wait_for(lead.state.missing_reports(["localhost"]), 30) == set()
+    finally:
+        late = lead.end(7)
+    t.join(30)
+    assert late == set() and seen == {"members": list(hosts), "state": "running", "result": 7}
+
+
+def test_a_leader_that_ends_early_does_not_wait_when_told(tmp_path):
+    the_settings = settings.load({C.COORD_PORT_ENV: str(free_port())})
+    cfg = config.load(make_tree(tmp_path, hosts=("127.0.0.1", "localhost"), current="127.0.0.1"))
+    lead = session.Leading(cfg, the_settings)
+    t0 = time.monotonic()
+    assert lead.end(1, wait_seen=False) == set()
+    assert time.monotonic() - t0 < session.DONE_SEEN_WAIT / 2
 
 
 # --- what the hosts write -----------------------------------------------------------------------

@@ -10,7 +10,7 @@ Workers accept the leader's key only (logins go one way), from the job's address
 
 from __future__ import annotations
 
-from byoc import coordinator, peers, plan, procs, ssh
+from byoc import coordinator, peers, plan, procs, session, ssh
 from byoc.deadline import Deadline
 from byoc.errors import JobError
 from byoc.launch import Job
@@ -51,11 +51,10 @@ def run(job: Job) -> tuple[int, list[RankFailure]]:
 def _leader(job: Job) -> int:
     cfg, settings = job.cfg, job.settings
     workers = cfg.hosts[1:]
-    state = coordinator.JobState(cfg.hosts)
-    server = coordinator.serve(state, settings.coordinator_port)
+    lead = session.Leading(cfg, settings, job.shutdown.requested)
     exit_code = 1
     try:
-        members = peers.lead(state, cfg, _keys(job), settings, job.shutdown.requested)
+        members = lead.meet(_keys(job))
         _trust(job, members)
         deadline = Deadline(settings.peer_timeout, "BYOC_PEER_TIMEOUT")
         for host in workers:
@@ -64,23 +63,22 @@ def _leader(job: Job) -> int:
             except ssh.SSHError as exc:
                 raise JobError(f"{exc} (set BYOC_PEER_TIMEOUT to wait longer)") from exc
             print(f"byoc: {host} accepts SSH ({took:.1f} s)", flush=True)
-        state.set("running")
+        lead.running()
         print(f"byoc: launching {plan.describe(job.plan.command)}", flush=True)
         exit_code = procs.run_watched(job.plan.command, job.env, job.cwd, job.watcher)
         job.shutdown.result_known = True
         return exit_code
     finally:
-        state.set("done", exit_code)
         # Leave as soon as every worker knows the result (bounded: a dead worker cannot hold us).
-        late = state.wait_for(state.missing_done_seen(workers), 15, job.shutdown.requested)
+        late = lead.end(exit_code)
         if late:
             print(f"byoc: workers that did not collect the result: {sorted(late)}", flush=True)
-        server.shutdown()
 
 
 def _worker(job: Job) -> int:
     cfg, settings = job.cfg, job.settings
-    members = peers.follow(cfg, _keys(job), settings)
+    follow = session.Following(cfg, settings)
+    members = follow.meet(_keys(job))
     sshd = _trust(job, members)
     me, leader = cfg.current_host, cfg.leader
     print(f"byoc: {me} serving SSH on port {settings.ssh_port}; waiting for {leader}", flush=True)
@@ -91,7 +89,7 @@ def _worker(job: Job) -> int:
         return status.get("state") == "done"
 
     try:
-        status = peers.leader_status(cfg, settings, over)
+        status = follow.status(over)
     except (coordinator.LeaderLost, coordinator.Refused) as exc:
         raise JobError(f"Worker {me}: {exc}; the job cannot finish") from exc
     code = int(status["exit_code"] if status.get("exit_code") is not None else 1)

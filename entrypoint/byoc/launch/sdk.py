@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from byoc import config, coordinator, peers, procs, report, settings, ssh
+from byoc import config, coordinator, peers, procs, report, session, settings, ssh
 from byoc import constants as C
 from byoc.deadline import Deadline
 from byoc.errors import JobError, Terminated
@@ -70,33 +70,25 @@ def _raise_terminated(signum, frame):
 
 
 def _lead(cfg, keys, the_settings) -> tuple[list[ssh.Member], Session]:
-    state = coordinator.JobState(cfg.hosts)
-    server = coordinator.serve(state, the_settings.coordinator_port)
+    lead = session.Leading(cfg, the_settings)
     try:
-        members = peers.lead(state, cfg, keys, the_settings)
+        members = lead.meet(keys)
         # The workers read the list from here: wait until each has (bounded).
-        late = state.wait_for(state.missing_peers_seen(cfg.hosts[1:]), the_settings.peer_timeout)
+        late = lead.wait_for(lead.state.missing_peers_seen(lead.workers), the_settings.peer_timeout)
         if late:
             raise JobError(f"host(s) {', '.join(sorted(late))} never read the job's SSH keys")
     except BaseException:
-        state.set("done", 1)
-        server.shutdown()
+        lead.end(1, wait_seen=False)
         raise
-    state.set("running")
-
-    def finish(code: int) -> None:
-        state.set("done", code)
-        state.wait_for(state.missing_done_seen(cfg.hosts[1:]), 15)
-        server.shutdown()
-
-    return members, Session(finish=finish)
+    lead.running()
+    return members, Session(finish=lead.end)
 
 
-def _follower(cfg, the_settings, root: Path) -> Session:
+def _follower(follow: session.Following, cfg, root: Path) -> Session:
 
     def watch(pid: int, stop: Callable[[int], None]) -> None:
         try:
-            status = peers.leader_status(cfg, the_settings, lambda s: s.get("state") == "done")
+            status = follow.status(lambda s: s.get("state") == "done")
             code = int(status.get("exit_code") or 0)
             why = f"the leader {cfg.leader} finished ({report.describe_exit(code)})"
         except (coordinator.LeaderLost, coordinator.Refused) as exc:
@@ -140,16 +132,17 @@ def prepare(argv: list[str], env: dict[str, str]) -> Session | tuple[int, str] |
         cfg = config.load(root)
         identity = ssh.home_ssh_dir() / "id_ed25519"
         keys = peers.own_keys(cfg.current_host, identity)
-        session = Session()
+        job_session = Session()
         if len(cfg.hosts) == 1:
             me = cfg.current_host
             addresses = sorted(coordinator.host_addresses(me) | {"127.0.0.1"})
             members = [ssh.Member(me, addresses, keys["user_key"], keys["host_keys"])]
         elif cfg.is_leader:
-            members, session = _lead(cfg, keys, the_settings)
+            members, job_session = _lead(cfg, keys, the_settings)
         else:
-            members = peers.follow(cfg, keys, the_settings)
-            session = _follower(cfg, the_settings, root)
+            follow = session.Following(cfg, the_settings)
+            members = follow.meet(keys)
+            job_session = _follower(follow, cfg, root)
         ssh.write_trust(members, cfg.hosts, cfg.current_host, SDK_SSH_PORT, identity)
         ssh.write_sshd_dropin(SDK_SSH_PORT, ssh.generate_host_keys())
         ssh.link_into_home(ssh.KNOWN_HOSTS, "known_hosts")
@@ -171,7 +164,7 @@ def prepare(argv: list[str], env: dict[str, str]) -> Session | tuple[int, str] |
         f"per-job keys, both ways, port {SDK_SSH_PORT}, job hosts only",
         flush=True,
     )
-    return session
+    return job_session
 
 
 def _fail(root: Path, code: int, message: str) -> tuple[int, str]:

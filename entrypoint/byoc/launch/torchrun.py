@@ -19,7 +19,7 @@ from __future__ import annotations
 import subprocess
 
 from byoc import constants as C
-from byoc import coordinator, peers, plan, procs, report
+from byoc import coordinator, peers, plan, procs, report, session
 from byoc.errors import JobError
 from byoc.launch import Job
 
@@ -58,22 +58,20 @@ def _mine(job: Job) -> list[report.RankFailure]:
 def _leader(job: Job) -> tuple[int, list[report.RankFailure]]:
     cfg, settings = job.cfg, job.settings
     workers = cfg.hosts[1:]
-    state = coordinator.JobState(cfg.hosts)
-    server = coordinator.serve(state, settings.coordinator_port)
+    lead = session.Leading(cfg, settings, job.shutdown.requested)
+    state = lead.state
     code = 1
     started = False
     try:
-        peers.lead(state, cfg, peers.own_keys(cfg.current_host, None), settings)
-        state.set("running")
+        lead.meet(peers.own_keys(cfg.current_host, None))
+        lead.running()
         started = True
         print(f"byoc: launching {plan.describe(job.plan.command)}", flush=True)
         guard = _watch_workers(state)
         code = procs.run_watched(job.plan.command, job.env, job.cwd, job.watcher, guard)
         job.shutdown.result_known = True
-        state.set("done", code)  # this host's result; workers still running learn of a failure
-        late = state.wait_for(
-            state.missing_reports(workers), C.REPORT_TIMEOUT, job.shutdown.requested
-        )
+        lead.result(code)  # this host's result; workers still running learn of a failure
+        late = lead.wait_for(state.missing_reports(workers), C.REPORT_TIMEOUT)
         if late and code == 0:
             # torchrun's agents can end well with a host gone (it only logs its exit barrier):
             # a host that says nothing has not succeeded.
@@ -84,9 +82,7 @@ def _leader(job: Job) -> tuple[int, list[report.RankFailure]]:
         if late:
             print(f"byoc: no result from {sorted(late)}", flush=True)
         failures = _mine(job)
-        with state.lock:
-            reports = dict(state.reports)
-        for host, result in sorted(reports.items()):
+        for host, result in sorted(state.reported().items()):
             theirs = report.RankFailure.from_dict(result.get("failure"))
             if theirs:
                 theirs.host = host
@@ -97,32 +93,22 @@ def _leader(job: Job) -> tuple[int, list[report.RankFailure]]:
                 code = worst
         return code, failures
     finally:
-        state.set("done", code)
-        if not started:  # workers still waiting to start learn the result, then leave
-            state.wait_for(state.missing_done_seen(workers), 15, job.shutdown.requested)
-        server.shutdown()
-
-
-def _failed(state: coordinator.JobState) -> list[str]:
-    """Workers that reported a failure."""
-    with state.lock:
-        return sorted(h for h, r in state.reports.items() if r.get("exit_code") not in (0, None))
+        # Workers still waiting to start learn the result, then leave; the others reported.
+        lead.end(code, wait_seen=not started)
 
 
 def _watch_workers(state: coordinator.JobState):
     """The leader's guard: end this host's torchrun once a worker has reported a failure."""
 
     def guard(proc) -> None:
-        with state.lock:
-            while proc.poll() is None and not _failed(state):
-                state.lock.wait(0.5)
+        failed = state.wait_for_failure(lambda: proc.poll() is not None)
         if proc.poll() is None:
-            _end_after_grace(proc, f"{', '.join(_failed(state))} failed")
+            _end_after_grace(proc, f"{', '.join(failed)} failed")
 
     return guard
 
 
-def _watch_leader(job: Job):
+def _watch_leader(job: Job, follow: session.Following):
     """A worker's guard: end this host's torchrun once the leader has failed or is gone."""
     leader = job.cfg.leader
 
@@ -133,7 +119,7 @@ def _watch_leader(job: Job):
             )
 
         try:
-            status = peers.leader_status(job.cfg, job.settings, over)
+            status = follow.status(over)
         except (coordinator.LeaderLost, coordinator.Refused) as exc:
             if proc.poll() is None:
                 _end_after_grace(proc, f"the leader {leader} is gone ({exc})")
@@ -147,10 +133,11 @@ def _watch_leader(job: Job):
 
 def _worker(job: Job) -> tuple[int, list[report.RankFailure]]:
     cfg, settings = job.cfg, job.settings
-    me, leader, port = cfg.current_host, cfg.leader, settings.coordinator_port
-    peers.follow(cfg, peers.own_keys(me, None), settings)
+    me, leader = cfg.current_host, cfg.leader
+    follow = session.Following(cfg, settings)
+    follow.meet(peers.own_keys(me, None))
     try:
-        status = peers.leader_status(cfg, settings, lambda s: s.get("state") in ("running", "done"))
+        status = follow.status(lambda s: s.get("state") in ("running", "done"))
     except (coordinator.LeaderLost, coordinator.Refused) as exc:
         raise JobError(f"Worker {me}: {exc}; the job cannot start") from exc
     if status.get("state") == "done":
@@ -160,22 +147,14 @@ def _worker(job: Job) -> tuple[int, list[report.RankFailure]]:
             f"({report.describe_exit(code)}); its failure file names the cause",
             code,
         )
-    guard = _watch_leader(job)
+    guard = _watch_leader(job, follow)
     code = procs.run_watched(job.plan.command, job.env, job.cwd, job.watcher, guard)
     job.shutdown.result_known = True
     failures = _mine(job)
     cause = report.root_cause(failures)
     result = {"host": me, "exit_code": code, "failure": cause.to_dict() if cause else None}
     try:
-        coordinator.poll(
-            leader,
-            port,
-            "/report",
-            lambda _: True,
-            body=result,
-            appear=settings.leader_lost_after,
-            lost_after=settings.leader_lost_after,
-        )
+        follow.report(result)
     except (coordinator.LeaderLost, coordinator.Refused) as exc:
         print(f"byoc: could not report this host's result to {leader}: {exc}", flush=True)
     return code, failures
