@@ -1,5 +1,5 @@
 """The one way the host tools call Docker: the CLI named by $DOCKER, split on blanks, so
-DOCKER='sudo docker' (or 'docker --context other') works everywhere; errors as HostError.
+DOCKER='sudo docker' works everywhere; errors as HostError.
 
 The shell tools (scripts/*.sh) split $DOCKER the same way (scripts/lib.sh); the container tests
 talk to the engine through the Docker SDK and reach the CLI through this module.
@@ -113,9 +113,18 @@ class Docker:
         """The image ref is in the engine's store."""
         return self("image", "inspect", ref, check=False).returncode == 0
 
-    def build_env(self) -> dict[str, str]:
-        """The environment for `docker build` with BuildKit (Docker < 23 needs it asked for)."""
-        return dict(os.environ, DOCKER_BUILDKIT="1")
+    def build(self, *args: str, **kwargs) -> subprocess.CompletedProcess:
+        """`docker build ARGS` with BuildKit, as __call__ runs a command. DOCKER_BUILDKIT=1
+        (which Docker < 23 needs) must reach the docker program itself, also through a wrapper
+        that resets the environment (sudo): `env DOCKER_BUILDKIT=1` goes right before the
+        program, the first word named docker* (else the last), as scripts/lib.sh does."""
+        at = next(
+            (i for i, w in enumerate(self.cmd[:-1]) if Path(w).name.startswith("docker")),
+            len(self.cmd) - 1,
+        )
+        builder = self.with_options()
+        builder.cmd = [*self.cmd[:at], "env", "DOCKER_BUILDKIT=1", *self.cmd[at:]]
+        return builder("build", *args, **kwargs)
 
     def remove_labelled(self, label: str) -> None:
         """Remove every container (and its anonymous volumes) labelled label ("key=value")."""

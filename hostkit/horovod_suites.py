@@ -494,11 +494,11 @@ def test_image(docker: Docker, image: str, ca: str) -> str:
         )
     last = image.rsplit("/", maxsplit=1)[-1]
     ref = f"{image}-conformance" if ":" in last else f"{image}:latest-conformance"
-    cmd = ["build", "--progress=plain", "-q", "--build-arg", f"IMAGE={image}", "-t", ref]
+    cmd = ["--progress=plain", "-q", "--build-arg", f"IMAGE={image}", "-t", ref]
     if ca:
         cmd += ["--secret", f"id=ca,src={ca}"]
     start = time.monotonic()
-    res = docker(*cmd, str(CONFORMANCE), check=False, env=docker.build_env())
+    res = docker.build(*cmd, str(CONFORMANCE), check=False)
     if res.returncode != 0:
         raise HostError(f"building the test layer {ref} failed:\n{res.stderr[-3000:]}")
     say(f"test layer {ref} ready ({time.monotonic() - start:.0f} s)")

@@ -85,6 +85,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="an input channel in File mode, copied to /opt/ml/input/data/NAME",
     )
     p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE")
+    p.add_argument(
+        "--custom-mpi-options",
+        metavar="OPTIONS",
+        help="the SDK's custom_mpi_options, passed to horovodrun --mpi-args (--launcher horovod "
+        "only); write --custom-mpi-options='-x NCCL_DEBUG=INFO' when it starts with -",
+    )
     p.add_argument("--instance-type", default="ml.local")
     p.add_argument("--shm-size", default="1g")
     p.add_argument("--out", default="local/jobs", help="where each job's /opt/ml trees go")
@@ -109,6 +115,8 @@ def validate(args: argparse.Namespace) -> None:
         raise HostError(f"--hosts must be 1-{MAX_HOSTS}, not {args.hosts}")
     if args.slots is not None and not 1 <= args.slots <= MAX_SLOTS:
         raise HostError(f"--slots must be 1-{MAX_SLOTS}, not {args.slots}")
+    if args.custom_mpi_options is not None and args.launcher != "horovod":
+        raise HostError(f"--custom-mpi-options is for --launcher horovod, not {args.launcher}")
     if not (math.isfinite(args.timeout) and 0 < args.timeout <= limits.MAX_RUNTIME_S):
         raise HostError(
             f"--timeout must be more than 0 and at most {limits.MAX_RUNTIME_S} s (SageMaker's "
@@ -196,9 +204,13 @@ def hyperparameters(args: argparse.Namespace) -> dict[str, str]:
         )
         owners["sagemaker_instance_type"] = "--instance-type"
     else:
-        # SDK v2's distribution={"mpi": {...}}; no --custom-mpi-options here: "" as it sends.
-        own.update(job.distribution_hyperparameters("mpi", processes_per_host=args.slots))
-        owners["sagemaker_mpi_custom_mpi_options"] = "--launcher"
+        # SDK v2's distribution={"mpi": {...}}: custom_mpi_options "" when not given, as it sends.
+        own.update(
+            job.distribution_hyperparameters(
+                "mpi", processes_per_host=args.slots, custom_mpi_options=args.custom_mpi_options
+            )
+        )
+        owners["sagemaker_mpi_custom_mpi_options"] = "--custom-mpi-options"
         if args.slots is not None:
             owners["sagemaker_mpi_num_of_processes_per_host"] = "--slots"
     return limits.hyperparameters(args.hp, own, owners)

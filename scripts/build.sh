@@ -9,7 +9,7 @@ IMAGE=${IMAGE:-pytorch-horovod}
 TAG=${TAG:-$FLAVOR}
 # shellcheck source=scripts/lib.sh
 . scripts/lib.sh
-docker_init "$(scripts/docker.sh client)"
+docker_init build
 CPU_BASE=${CPU_BASE:-ubuntu:24.04}
 LOCAL_BASE=${LOCAL_BASE:-pytorch-horovod-base:bookworm}
 say() { echo "build: $*" >&2; }
@@ -104,6 +104,6 @@ args+=(--build-arg "VERSION=$version" --build-arg "VCS_REF=$revision" --build-ar
 extra=(${BUILD_ARGS:-})
 say "building $IMAGE:$TAG"
 start=$SECONDS
-DOCKER_BUILDKIT=1 dk build --progress=plain "${args[@]}" "${extra[@]}" -t "$IMAGE:$TAG" .
+dk_build --progress=plain "${args[@]}" "${extra[@]}" -t "$IMAGE:$TAG" .
 size=$(dk image inspect --format '{{.Size}}' "$IMAGE:$TAG")
 say "built $IMAGE:$TAG in $((SECONDS - start)) s, $((size / 1000000)) MB"

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Docker helpers for the Makefile and .ci/run.
-#   docker.sh client   print a Docker client that can run BuildKit builds (or fail saying why)
+#   docker.sh client   print a Docker client that can run BuildKit builds (or print nothing and
+#                      fail, saying why)
 #   docker.sh engine   make sure an engine answers; as root on Debian/Ubuntu, install docker.io
 #                      and start dockerd when none runs (its pid goes to $DOCKERD_PIDFILE)
 #   docker.sh test-deps  docker-registry, docker compose and Chromium for the container tests
 #   docker.sh ca       print the host's CA bundle for builds (PIP_CERT, SSL_CERT_FILE or
 #                      REQUESTS_CA_BUNDLE, the first non-empty file), or nothing
 set -euo pipefail
-cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib.sh
-. scripts/lib.sh
+. "$(dirname "$0")/lib.sh"
 
 DOCKERD_PIDFILE=${DOCKERD_PIDFILE:-/tmp/pytorch-horovod-dockerd.pid}
 DOCKERD_LOG=${DOCKERD_LOG:-/tmp/pytorch-horovod-dockerd.log}
@@ -39,7 +39,6 @@ client() {
         fi
     done
     say "no Docker client with BuildKit found: install the buildx plugin for your docker, or use a client that has BuildKit built in (Debian/Ubuntu docker.io), and pass it as DOCKER=/path/to/docker"
-    echo "${DOCKER:-docker}"
     return 1
 }
 

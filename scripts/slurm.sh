@@ -25,7 +25,7 @@ IMAGE_REF=${BYOC_IMAGE:-${IMAGE:-pytorch-horovod}:${TAG:-${FLAVOR:-cpu}}}
 # A client with BuildKit (the test layer is built with it), as the Makefile picks one.
 # shellcheck source=scripts/lib.sh
 . scripts/lib.sh
-docker_init "$(scripts/docker.sh client 2>/dev/null || echo docker)"
+docker_init build-or-docker
 MAX_NODES=8
 # CPUs each node offers Slurm (declared, not detected: containers share the host's cores).
 CPUS=${SLURM_CPUS_PER_NODE:-4}
@@ -112,7 +112,7 @@ up() {
     local layer start=$SECONDS
     layer=$(layer_ref)
     say "building the test layer $layer (Slurm and munge on $IMAGE_REF)"
-    DOCKER_BUILDKIT=1 dk build -q --build-arg "IMAGE=$IMAGE_REF" -t "$layer" "$ROOT/tests/slurm" >/dev/null \
+    dk_build -q --build-arg "IMAGE=$IMAGE_REF" -t "$layer" "$ROOT/tests/slurm" >/dev/null \
         || fail "building $layer failed"
     dk network create --label "$LABEL" "$PROJECT" >/dev/null
     local common=(--detach --network "$PROJECT" --label "$LABEL" --shm-size "${SLURM_SHM_SIZE:-1g}"

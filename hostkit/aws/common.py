@@ -80,9 +80,10 @@ def aws_error(action: str, exc: Exception) -> HostError:
     return HostError(f"{action} failed: {exc}", 1)
 
 
-def run(main, argv=None) -> int:
-    """main(argv)'s exit status, as hostkit.run ends a tool ("push: error: ..."); an AWS error
-    that no call named where it was made is one too."""
+def run(main, argv=None, tool: str | None = None) -> int:
+    """main(argv)'s exit status, as hostkit.run ends a tool ("<tool>: error: ..."; the tool's
+    name defaults to main's module's); an AWS error that no call named where it was made is
+    one too."""
 
     def guarded(args):
         try:
@@ -91,4 +92,4 @@ def run(main, argv=None) -> int:
             # Every AWS call names itself where it is made; this is the net under the rest.
             raise aws_error("an AWS call", exc) from None
 
-    return hostkit.run(main.__module__.rsplit(".", 1)[-1], guarded, argv)
+    return hostkit.run(tool or main.__module__.rsplit(".", 1)[-1], guarded, argv)

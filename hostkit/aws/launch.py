@@ -646,4 +646,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run(main))
+    sys.exit(run(main, tool="launch"))

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import botocore.exceptions
 
@@ -108,28 +109,36 @@ def ensure_repository(ecr, name: str, immutable: bool) -> tuple[dict, bool]:
     return repo, True
 
 
-def login(ecr, docker: Docker, registry: str | None) -> str:
-    """The registry host, Docker logged in to it with an ECR authorization token (in the
-    push's own Docker config: the token is not left in yours)."""
+def session_config(ecr, docker: Docker, registry: str | None, config: Path) -> tuple[str, Docker]:
+    """(registry host, a client that pushes there): a Docker config of the push's own in
+    config holds the ECR authorization token, so it lands neither in your ~/.docker nor in a
+    credential helper (no `docker login`: with no logins in its config the CLI would look for
+    one). Your current context (`docker context use`) is carried over into it."""
     try:
         data = ecr.get_authorization_token()["authorizationData"][0]
     except botocore.exceptions.ClientError as exc:
         raise aws_error("ecr:GetAuthorizationToken", exc) from None
-    user, _, password = base64.b64decode(data["authorizationToken"]).decode().partition(":")
+    token = data["authorizationToken"]  # base64 of "AWS:<password>": the config's auth field
+    try:
+        base64.b64decode(token, validate=True)
+    except ValueError:
+        raise HostError("ecr:GetAuthorizationToken returned a token that is no base64", 1) from None
     host = registry or re.sub(r"^https?://", "", data["proxyEndpoint"]).rstrip("/")
-    done = docker(
-        "login",
-        "--username",
-        user,
-        "--password-stdin",
-        host,
-        input=password,
-        check=False,
-        timeout=120,
-    )
-    if done.returncode != 0:
-        raise HostError(f"docker login to {host} failed: {done.stderr.strip()[-2000:]}", 1)
-    return host
+    auth = config / "config.json"
+    auth.touch(mode=0o600)
+    auth.write_text(json.dumps({"auths": {host: {"auth": token}}}))
+    pushing = docker.with_options("--config", str(config))
+    shown = docker("context", "inspect", "--format", "{{.Name}}", check=False, timeout=60)
+    context = shown.stdout.strip() if shown.returncode == 0 else ""
+    if context and context != "default":
+        exported = config / "context.tar"
+        docker("context", "export", context, str(exported), timeout=60)
+        # --context default: the one a new config has (DOCKER_CONTEXT or a --context in DOCKER
+        # would name one it has not imported yet); the last --context given wins.
+        importer = pushing.with_options("--context", "default")
+        importer("context", "import", context, str(exported), timeout=60)
+        pushing = pushing.with_options("--context", context)
+    return host, pushing
 
 
 def push_tag(docker: Docker, repository: str, tag: str) -> str:
@@ -205,9 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     say(("created" if created else "using") + f" ECR repository {repo['repositoryUri']}")
     immutable = repo.get("imageTagMutability") == "IMMUTABLE"
     with tempfile.TemporaryDirectory(prefix="byoc-push-") as config:
-        # A Docker config of this push's own: the registry token never lands in ~/.docker.
-        docker = docker.with_options("--config", config)
-        host = login(ecr, docker, args.registry)
+        host, docker = session_config(ecr, docker, args.registry, Path(config))
         target = f"{host}/{args.repository}"
         tags = [tag, *args.tag]
         if flavor and not immutable:
@@ -225,4 +232,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run(main))
+    sys.exit(run(main, tool="push"))

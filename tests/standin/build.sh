@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 # shellcheck source=scripts/lib.sh
 . scripts/lib.sh
-docker_init "$(scripts/docker.sh client)"
+docker_init build
 LOCAL_BASE=${LOCAL_BASE:-pytorch-horovod-base:bookworm}
 STANDIN=${STANDIN:-pytorch-horovod-standin}
 say() { echo "standin: $*" >&2; }
@@ -19,7 +19,7 @@ ca=$(scripts/docker.sh ca)
 start=$SECONDS
 for target in base devel; do
     say "building $STANDIN:$target (CUDA $cuda wheels on $LOCAL_BASE)"
-    DOCKER_BUILDKIT=1 dk build --progress=plain "${args[@]}" --target "$target" \
+    dk_build --progress=plain "${args[@]}" --target "$target" \
         -t "$STANDIN:$target" tests/standin
 done
 say "built $STANDIN:base and :devel in $((SECONDS - start)) s"

@@ -16,9 +16,10 @@ from hostkit import docker as hostdocker
 
 ROOT = Path(__file__).resolve().parents[2]
 
+# As sudo does, the environment is reset: only PATH (and the log's name) get through.
 RUNAS = r"""#!/bin/sh
 printf 'runas %s\n' "$*" >> "${FAKE_DOCKER_LOG:?}"
-exec "$@"
+exec env -i PATH="$PATH" FAKE_DOCKER_LOG="$FAKE_DOCKER_LOG" "$@"
 """
 # An engine that answers: a client older than 23 (BuildKit built in), nothing running.
 FAKE_DOCKER = r"""#!/bin/sh
@@ -28,6 +29,7 @@ case "$1 $2" in
 "compose version") echo "Docker Compose version v2" ;;
 "image inspect") echo '[{}]' ;;
 esac
+case "$1" in build) printf 'buildkit=%s\n' "${DOCKER_BUILDKIT:-unset}" >> "$FAKE_DOCKER_LOG" ;; esac
 exit 0
 """
 
@@ -132,3 +134,19 @@ def test_a_docker_past_its_timeout_is_a_timed_out_error(fake, monkeypatch, tmp_p
     with pytest.raises(HostError, match="took more than 0.5 s") as exc:
         hostdocker.Docker()("wait", "x", check=False, timeout=0.5)
     assert exc.value.code == hostdocker.TIMED_OUT
+
+
+def test_a_build_gets_buildkit_through_a_wrapper_that_resets_the_environment(fake, monkeypatch):
+    """Docker < 23 builds with BuildKit only when DOCKER_BUILDKIT=1 reaches it; sudo drops the
+    variable, so it goes on the command line, right before the docker program."""
+    env, calls = fake
+    done = run(["bash", "-c", ". scripts/lib.sh && docker_init && dk_build -t x ."], env)
+    assert done.returncode == 0, done.stderr
+    for key in ("PATH", "DOCKER", "FAKE_DOCKER_LOG"):
+        monkeypatch.setenv(key, env[key])
+    hostdocker.Docker().build("-t", "y", ".")
+    log = calls()
+    for tag in ("x", "y"):
+        at = log.index(f"docker build -t {tag} .")
+        assert log[at - 1] == f"runas env DOCKER_BUILDKIT=1 fakedocker build -t {tag} ."
+        assert log[at + 1] == "buildkit=1"

@@ -477,6 +477,7 @@ def test_no_credentials_is_a_clear_error(aws_env, source, capsys, monkeypatch):
     [
         ("horovod", "8", ("mpi", "8", None)),
         ("horovod", None, ("mpi", None, None)),
+        ("horovod", "4", ("mpi", "4", "-x A=1")),
         ("torchrun", None, ("torch_distributed", None, None)),
     ],
 )
@@ -487,6 +488,8 @@ def test_local_train_writes_what_launch_sends(aws_env, source, tmp_path, launche
     argv += ["--entry-point", "train.py", "--instance-type", "ml.p4d.24xlarge"]
     if slots is not None:
         argv += ["--slots", slots]
+    if key[2] is not None:
+        argv.append(f"--custom-mpi-options={key[2]}")
     local = local_train.hyperparameters(local_train.parse_args(argv))
     assert local == {
         **SDK_DISTRIBUTION_HPS[key],
