@@ -13,7 +13,8 @@ import sys
 
 import pytest
 
-from tests.container.conftest import ROOT, dockerfile_arg
+from hostkit import dockerfile
+from tests.container.conftest import ROOT
 
 PATH = "/opt/byoc/sbom.cdx.json"
 # hostkit/sbom.py (make sbom): how it tells dpkg, python and source components apart.
@@ -74,7 +75,7 @@ def test_sources_carry_the_dockerfiles_sha256_and_our_patches(bom):
         ("libfabric", "LIBFABRIC"),
     ):
         (ref,) = sources[name]["externalReferences"]
-        assert ref["hashes"][0]["content"] == dockerfile_arg(f"{prefix}_SHA256")
+        assert ref["hashes"][0]["content"] == dockerfile.arg(f"{prefix}_SHA256")
     patches = {
         p.name: hashlib.sha256(p.read_bytes()).hexdigest()
         for p in (ROOT / "docker" / "patches").glob("*.patch")
