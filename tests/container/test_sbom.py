@@ -19,7 +19,7 @@ from tests.container.conftest import ROOT
 PATH = "/opt/byoc/sbom.cdx.json"
 # hostkit/sbom.py (make sbom): how it tells dpkg, python and source components apart.
 origin = pytest.importorskip(
-    "sbom", reason="cyclonedx-python-lib is not installed (make test does)"
+    "hostkit.sbom", reason="cyclonedx-python-lib is not installed (make test does)"
 ).origin
 
 
