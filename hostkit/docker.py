@@ -60,36 +60,35 @@ class Docker:
     def __init__(self, text: str | None = None):
         self.cmd = command(text)
 
+    @classmethod
+    def _of(cls, cmd: list[str]) -> Docker:
+        """A client whose command line is cmd (a checked one, with words added)."""
+        other = cls.__new__(cls)
+        other.cmd = cmd
+        return other
+
     def __call__(
         self,
         *args: str,
         check: bool = True,
-        capture: bool = True,
         timeout: float | None = None,
-        env: dict[str, str] | None = None,
         input: str | None = None,
     ) -> subprocess.CompletedProcess:
         """check: a non-zero exit is a HostError (1) with docker's message. Past timeout
         seconds the command is killed and that is a HostError with code TIMED_OUT, whatever
         check says."""
         try:
-            return self._checked(args, check, capture, timeout, env, input)
-        except subprocess.TimeoutExpired:
-            raise HostError(f"docker {args[0]} took more than {timeout:g} s", TIMED_OUT) from None
-
-    def _checked(self, args, check, capture, timeout, env, input_):
-        """One run of the command (see __call__)."""
-        try:
             done = subprocess.run(
                 [*self.cmd, *args],
-                capture_output=capture,
+                capture_output=True,
                 text=True,
                 errors="replace",
                 check=False,
                 timeout=timeout,
-                env=env,
-                input=input_,
+                input=input,
             )
+        except subprocess.TimeoutExpired:
+            raise HostError(f"docker {args[0]} took more than {timeout:g} s", TIMED_OUT) from None
         except OSError as exc:
             raise HostError(f"cannot run {self.cmd[0]}: {exc.strerror}", 126) from None
         if check and done.returncode != 0:
@@ -99,15 +98,19 @@ class Docker:
 
     def with_options(self, *options: str) -> Docker:
         """This client with global options before every command (e.g. --config DIR)."""
-        other = Docker.__new__(Docker)
-        other.cmd = [*self.cmd, *options]
-        return other
+        return Docker._of([*self.cmd, *options])
 
     def popen(self, *args: str, **kwargs) -> subprocess.Popen:
         try:
             return subprocess.Popen([*self.cmd, *args], **kwargs)
         except OSError as exc:
             raise HostError(f"cannot run {self.cmd[0]}: {exc.strerror}", 126) from None
+
+    def output(self, *args: str) -> subprocess.Popen:
+        """`docker ARGS` running, its output and errors as text lines on its stdout."""
+        return self.popen(
+            *args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+        )
 
     def exists(self, ref: str) -> bool:
         """The image ref is in the engine's store."""
@@ -122,8 +125,7 @@ class Docker:
             (i for i, w in enumerate(self.cmd[:-1]) if Path(w).name.startswith("docker")),
             len(self.cmd) - 1,
         )
-        builder = self.with_options()
-        builder.cmd = [*self.cmd[:at], "env", "DOCKER_BUILDKIT=1", *self.cmd[at:]]
+        builder = Docker._of([*self.cmd[:at], "env", "DOCKER_BUILDKIT=1", *self.cmd[at:]])
         return builder("build", *args, **kwargs)
 
     def remove_labelled(self, label: str) -> None:
@@ -134,15 +136,7 @@ class Docker:
 
     def follow(self, name: str) -> subprocess.Popen:
         """`docker logs -f name`: the container's output and errors, as text lines on stdout."""
-        return self.popen(
-            "logs",
-            "-f",
-            name,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
-        )
+        return self.output("logs", "-f", name)
 
     def stream(self, name: str, prefix: str, out=None) -> threading.Thread:
         """Follow a container's output, each line as "<prefix> | line", in a thread."""

@@ -15,7 +15,6 @@ import argparse
 import base64
 import json
 import re
-import subprocess
 import sys
 import tempfile
 import time
@@ -144,14 +143,7 @@ def session_config(ecr, docker: Docker, registry: str | None, config: Path) -> t
 def push_tag(docker: Docker, repository: str, tag: str) -> str:
     """Push one tag, each layer's state as docker says it; the pushed digest."""
     start = time.monotonic()
-    proc = docker.popen(
-        "push",
-        f"{repository}:{tag}",
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        errors="replace",
-    )
+    proc = docker.output("push", f"{repository}:{tag}")
     assert proc.stdout is not None
     digest, lines = None, []
     for raw in proc.stdout:
