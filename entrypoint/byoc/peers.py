@@ -91,10 +91,13 @@ def client(cfg: JobConfig, settings: Settings) -> coordinator.Client:
     )
 
 
-def follow(cfg: JobConfig, keys: dict, settings: Settings) -> list[ssh.Member]:
-    """On a worker: join at the leader, then wait for the complete list of members."""
+def follow(
+    cfg: JobConfig, keys: dict, settings: Settings, leader: coordinator.Client | None = None
+) -> list[ssh.Member]:
+    """On a worker: join at the leader (through leader, else this host's client), then wait
+    for the complete list of members."""
     me = cfg.current_host
-    leader = client(cfg, settings)
+    leader = leader or client(cfg, settings)
     print(
         f"byoc: {me} waiting for the leader {cfg.leader} (up to {settings.leader_timeout:.0f} s)",
         flush=True,

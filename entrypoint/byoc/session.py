@@ -69,7 +69,7 @@ class Following:
 
     def meet(self, keys: dict) -> list[ssh.Member]:
         """Join at the leader with keys, then the job's complete list of members."""
-        return peers.follow(self.cfg, keys, self.settings)
+        return peers.follow(self.cfg, keys, self.settings, self.leader)
 
     def status(self, until: Callable[[dict], bool]) -> dict:
         return self.leader.status(until)
