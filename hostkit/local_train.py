@@ -35,13 +35,19 @@ from hostkit.aws import limits
 from hostkit.docker import TIMED_OUT, Docker
 
 MAX_HOSTS = 64  # containers on one machine; SageMaker allows more, a laptop does not
-MAX_SLOTS = 256  # processes per container
 MAX_CHANNEL_ENTRIES = 1_000_000  # files and directories per channel (symlinks followed)
 FREE_SPACE_MARGIN = 256 << 20  # bytes left free on --out's disk after the channel copies
-CPU_SLOTS_ENV = "BYOC_CPU_SLOTS_PER_HOST"  # entrypoint/byoc/constants.py CPU_SLOTS_ENV
 SHM_SIZE = re.compile(r"[0-9]+(?:\.[0-9]+)?[bkmgBKMG]?")
-INSTANCE_TYPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 UNSAFE_IN_MOUNT = re.compile(r"[:,\x00-\x1f\x7f]")  # `docker run -v SRC:DST[:ro]` splits on ':'
+# How the options spell a job (hostkit.job); containers have no GPUs, so --slots counts without mpi.
+TOOL = job.Tool(
+    instance_count="--hosts",
+    processes_per_host="--slots",
+    distribution="--launcher",
+    distributions={"mpi": "horovod", "torch_distributed": "torchrun"},
+    max_instances=MAX_HOSTS,
+    cpu_slots=True,
+)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -55,7 +61,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--image", default="pytorch-horovod:cpu")
     p.add_argument(
         "--launcher",
-        choices=["horovod", "torchrun"],
+        choices=list(TOOL.distributions.values()),
         default="horovod",
         help="the distribution the SageMaker SDK would send: horovod (mpi, the default) or "
         "torchrun (torch_distributed); the image's matching example runs unless --entry-point",
@@ -64,7 +70,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--slots",
         type=int,
         default=None,
-        help=f"processes per host, 1-{MAX_SLOTS} (horovod: "
+        help=f"processes per host, 1-{job.MAX_PROCESSES_PER_HOST} (horovod: "
         "sagemaker_mpi_num_of_processes_per_host; torchrun: BYOC_CPU_SLOTS_PER_HOST, as no SDK "
         "sends a count for torch_distributed)",
     )
@@ -109,14 +115,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+def default_name() -> str:
+    return f"byoc-local-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
+
+
 def validate(args: argparse.Namespace) -> None:
     """Everything checked before anything is made; HostError names the option."""
-    if not 1 <= args.hosts <= MAX_HOSTS:
-        raise HostError(f"--hosts must be 1-{MAX_HOSTS}, not {args.hosts}")
-    if args.slots is not None and not 1 <= args.slots <= MAX_SLOTS:
-        raise HostError(f"--slots must be 1-{MAX_SLOTS}, not {args.slots}")
-    if args.custom_mpi_options is not None and args.launcher != "horovod":
-        raise HostError(f"--custom-mpi-options is for --launcher horovod, not {args.launcher}")
     if not (math.isfinite(args.timeout) and 0 < args.timeout <= limits.MAX_RUNTIME_S):
         raise HostError(
             f"--timeout must be more than 0 and at most {limits.MAX_RUNTIME_S} s (SageMaker's "
@@ -127,106 +131,42 @@ def validate(args: argparse.Namespace) -> None:
         raise HostError(f"--image {args.image!r} {problem}")
     if not SHM_SIZE.fullmatch(args.shm_size) or float(args.shm_size.rstrip("bkmgBKMG")) <= 0:
         raise HostError(f"--shm-size {args.shm_size!r}: a size such as 1g, 512m (docker run)")
-    if not INSTANCE_TYPE.fullmatch(args.instance_type):
+    launcher = {word: name for name, word in TOOL.distributions.items()}
+    args.job = job.Job(
+        TOOL,
+        name=default_name() if args.job_name is None else args.job_name,
+        instance_type=args.instance_type,
+        instance_count=args.hosts,
+        distribution=launcher[args.launcher],
+        processes_per_host=args.slots,
+        custom_mpi_options=args.custom_mpi_options,
+        source_dir=Path(args.source_dir) if args.source_dir else None,
+        entry_point=args.entry_point,
+        hyperparameters=args.hp,
+        environment=args.env,
+        channels=[job.parse_channel(item, options=False) for item in args.channel],
+    )
+    if args.job.source_dir and UNSAFE_IN_MOUNT.search(str(args.job.source_dir)):
         raise HostError(
-            f"--instance-type {args.instance_type!r}: letters, digits, . _ -, at most 64 "
-            "(e.g. ml.local, ml.g5.12xlarge)"
+            f"--source-dir {args.job.source_dir}: a path with ':', ',' or a control character "
+            "cannot be mounted with docker run -v"
         )
-    args.job = args.job_name
-    if args.job is None:
-        args.job = f"byoc-local-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
-    problem = limits.text_problem(args.job, "TrainingJobName", controls=True)
-    if problem:
-        raise HostError(f"--job-name {args.job!r} {problem} (letters, digits and -, at most 63)")
-    check_code(args)
-    args.hps = hyperparameters(args)
-    owners = {"TRAINING_JOB_NAME": "--job-name"}
-    if args.launcher == "torchrun" and args.slots is not None:
-        owners[CPU_SLOTS_ENV] = "--slots"
-    args.environment = limits.environment(args.env, owners, extra=len(owners))
-    args.channels = channels(args)
+    args.hps = args.job.encoded_hyperparameters("/opt/ml/code", {})
+    args.environment = args.job.job_environment({"TRAINING_JOB_NAME": args.job.name})
+    args.copies = copies(args.job.channels)
     check_out(args)
 
 
-def check_code(args: argparse.Namespace) -> None:
-    if args.entry_point and not args.source_dir:
-        raise HostError("--entry-point needs --source-dir")
-    if args.source_dir and not args.entry_point:
-        raise HostError(
-            "--source-dir needs --entry-point: without one the image's example runs and your "
-            "code is not used"
-        )
-    if not args.source_dir:
-        return
-    source = Path(args.source_dir)
-    if not source.is_dir():
-        raise HostError(f"--source-dir {args.source_dir}: not a directory")
-    args.source = source.resolve()
-    if UNSAFE_IN_MOUNT.search(str(args.source)):
-        raise HostError(
-            f"--source-dir {args.source}: a path with ':', ',' or a control character cannot "
-            "be mounted with docker run -v"
-        )
-    entry = args.entry_point
-    rel = Path(entry)
-    if limits.CONTROL.search(entry) or not entry.strip():
-        raise HostError(f"--entry-point {entry!r}: not a file name")
-    if rel.is_absolute() or ".." in rel.parts:
-        raise HostError(
-            f"--entry-point {entry}: a path inside --source-dir, relative to it, without '..'"
-        )
-    target = (args.source / rel).resolve()
-    if not target.is_relative_to(args.source):
-        raise HostError(
-            f"--entry-point {entry}: leads outside --source-dir (a symlink to {target})"
-        )
-    if not target.is_file():
-        raise HostError(f"--entry-point {entry}: no such file in --source-dir {args.source}")
-    if args.launcher == "torchrun" and not entry.endswith(".py"):
-        # as the SDK's fw_utils.validate_torch_distributed_distribution refuses it
-        raise HostError("--launcher torchrun runs python programs: --entry-point *.py")
-
-
-def hyperparameters(args: argparse.Namespace) -> dict[str, str]:
-    """Every value JSON-encoded, as the SageMaker Python SDK sends them."""
-    own: dict[str, object] = {}
-    owners = {
-        "sagemaker_mpi_enabled": "--launcher",
-        "sagemaker_torch_distributed_enabled": "--launcher",
-    }
-    if args.entry_point:
-        own.update(job.code_hyperparameters(args.entry_point, "/opt/ml/code"))
-        owners["sagemaker_program"] = "--entry-point"
-        owners["sagemaker_submit_directory"] = "--source-dir"
-    if args.launcher == "torchrun":
-        own.update(
-            job.distribution_hyperparameters("torch_distributed", instance_type=args.instance_type)
-        )
-        owners["sagemaker_instance_type"] = "--instance-type"
-    else:
-        # SDK v2's distribution={"mpi": {...}}: custom_mpi_options "" when not given, as it sends.
-        own.update(
-            job.distribution_hyperparameters(
-                "mpi", processes_per_host=args.slots, custom_mpi_options=args.custom_mpi_options
-            )
-        )
-        owners["sagemaker_mpi_custom_mpi_options"] = "--custom-mpi-options"
-        if args.slots is not None:
-            owners["sagemaker_mpi_num_of_processes_per_host"] = "--slots"
-    return limits.hyperparameters(args.hp, own, owners)
-
-
-def channels(args: argparse.Namespace) -> dict[str, tuple[Path, list, int]]:
-    """name -> (directory, what to copy, bytes), every channel scanned before anything is made."""
-    pairs = [limits.split_pair(item, "--channel") for item in args.channel]
-    limits.channel_names([name for name, _ in pairs])
+def copies(channels: list[job.Channel]) -> dict[str, tuple[Path, list, int]]:
+    """name -> (directory, what to copy, bytes): local-train copies each channel's directory,
+    every one scanned before anything is made."""
     out = {}
-    for name, src in pairs:
-        path = Path(src)
-        if not src or not path.is_dir():
-            raise HostError(f"--channel {name}={src}: not a directory")
-        entries, size = scan_channel(name, path)
-        out[name] = (path.resolve(), entries, size)
+    for channel in channels:
+        path = Path(channel.source)
+        if not channel.source or not path.is_dir():
+            raise HostError(f"--channel {channel.name}={channel.source}: not a directory")
+        entries, size = scan_channel(channel.name, path)
+        out[channel.name] = (path.resolve(), entries, size)
     return out
 
 
@@ -278,7 +218,7 @@ def scan_channel(name: str, root: Path) -> tuple[list[tuple[str, Path | None]], 
 def check_out(args: argparse.Namespace) -> None:
     if not args.out.strip():
         raise HostError("--out is empty: give a directory (default local/jobs)")
-    args.job_dir = Path(args.out).resolve() / args.job
+    args.job_dir = Path(args.out).resolve() / args.job.name
     existing = next(p for p in args.job_dir.parents if p.exists())
     if not existing.is_dir():
         raise HostError(f"--out {args.out}: {existing} exists and is not a directory")
@@ -292,13 +232,13 @@ def check_out(args: argparse.Namespace) -> None:
             f"--out: {args.job_dir} already exists; a job's trees are never reused or mixed "
             "with another's: choose another --job-name or --out"
         )
-    for name, (src, _, _) in args.channels.items():
+    for name, (src, _, _) in args.copies.items():
         if args.job_dir.is_relative_to(src):
             raise HostError(
                 f"--out {args.out}: the job's trees would be inside --channel {name}'s directory "
                 f"{src}, copying it into itself: choose --out elsewhere"
             )
-    need = args.hosts * sum(size for _, _, size in args.channels.values())
+    need = args.hosts * sum(size for _, _, size in args.copies.values())
     if need:
         free = shutil.disk_usage(existing).free
         if need + FREE_SPACE_MARGIN > free:
@@ -330,18 +270,18 @@ def write_tree(root: Path, host: str, hosts: list[str], args) -> None:
     (config / "resourceconfig.json").write_text(json.dumps(resource))
     (config / "hyperparameters.json").write_text(json.dumps(args.hps))
     specs = {}
-    for name, (_, entries, _) in args.channels.items():
-        dest = root / "input" / "data" / name
+    for channel in args.job.channels:
+        dest = root / "input" / "data" / channel.name
         dest.mkdir()
-        for rel, src in entries:
+        for rel, src in args.copies[channel.name][1]:
             if src is None:
                 (dest / rel).mkdir()
             else:
                 shutil.copy2(src, dest / rel)
-        specs[name] = {
-            "TrainingInputMode": "File",
-            "S3DistributionType": "FullyReplicated",
-            "RecordWrapperType": "None",
+        specs[channel.name] = {
+            "TrainingInputMode": channel.mode or args.job.input_mode,
+            "S3DistributionType": channel.distribution,
+            "RecordWrapperType": channel.wrap or "None",
         }
     (config / "inputdataconfig.json").write_text(json.dumps(specs))
 
@@ -358,7 +298,7 @@ def exit_code(result: subprocess.CompletedProcess, name: str) -> int:
 def run_job(argv: list[str]) -> int:
     args = parse_args(argv)
     docker = Docker()
-    job, out = args.job, args.job_dir
+    job_name, out = args.job.name, args.job_dir
     hosts = [f"algo-{i}" for i in range(1, args.hosts + 1)]
     inspect = docker("image", "inspect", args.image, check=False)
     if inspect.returncode != 0:
@@ -366,7 +306,8 @@ def run_job(argv: list[str]) -> int:
             raise HostError(f"--image {args.image}: not found locally (`make build`, or pull it)")
         raise HostError(f"docker image inspect {args.image} failed: {inspect.stderr.strip()}", 1)
     print(
-        f"local-train: job {job}, {args.hosts} host(s), image {args.image}, /opt/ml trees in {out}"
+        f"local-train: job {job_name}, {args.hosts} host(s), image {args.image}, "
+        f"/opt/ml trees in {out}"
     )
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -375,7 +316,7 @@ def run_job(argv: list[str]) -> int:
         raise HostError(f"--out: {out} already exists; choose another --job-name") from None
     except OSError as exc:
         raise HostError(f"--out: cannot make {out}: {exc.strerror}") from None
-    network, names, started = job, [f"{job}-{h}" for h in hosts], []
+    network, names, started = job_name, [f"{job_name}-{h}" for h in hosts], []
     try:
         docker("network", "create", "--driver", "bridge", "--internal", network)
     except HostError:
@@ -392,11 +333,8 @@ def run_job(argv: list[str]) -> int:
         for host, name in zip(hosts, names, strict=True):
             cmd = ["run", "-d", "--name", name, "--network", network, "--network-alias", host]
             cmd += ["--shm-size", args.shm_size, "-v", f"{out / host}:/opt/ml"]
-            cmd += ["-e", f"TRAINING_JOB_NAME={job}"]
-            if args.source_dir:
-                cmd += ["-v", f"{args.source}:/opt/ml/code:ro"]
-            if args.launcher == "torchrun" and args.slots is not None:
-                cmd += ["-e", f"{CPU_SLOTS_ENV}={args.slots}"]
+            if args.job.source_dir:
+                cmd += ["-v", f"{args.job.source_dir}:/opt/ml/code:ro"]
             for key, value in args.environment.items():
                 cmd += ["-e", f"{key}={value}"]
             docker(*cmd, args.image, "train")

@@ -9,16 +9,18 @@
         --channel train=s3://bucket/train/,mode=Pipe,distribution=ShardedByS3Key \\
         --output-path s3://bucket/output/ --checkpoint-s3-uri s3://bucket/ckpt/ --spot --wait
 
-The source directory is packed as sourcedir.tar.gz (files at the archive's root) and uploaded
-to S3 as the SageMaker Python SDK does; hyperparameters are JSON-encoded as the SDK's framework
-estimators encode them. --distribution adds the hyperparameters that the SDK's
-PyTorch(image_uri=..., distribution=...) adds: mpi (the default; Horovod over MPI) is
-{"mpi": {"enabled": True, ...}}, torch_distributed (torchrun) is {"torch_distributed":
-{"enabled": True}}, none is no distribution. No SSH key goes into the job's Environment: the
-hosts make their SSH trust themselves at start, per job (docs/security.md, "SSH trust").
---ssh-key-in-environment puts one there, where DescribeTrainingJob and the console show it to
-anyone who may read the job. --dry-run prints the request and creates nothing; --wait follows
-the job's status and logs and exits with its result.
+The source directory is packed as sourcedir.tar.gz (files at the archive's root, symlinks that
+stay inside it as relative ones) and uploaded to S3 as the SageMaker Python SDK does;
+hyperparameters are JSON-encoded as the SDK's framework estimators encode them. The job is one
+hostkit.job.Job, checked as make local-train checks it. --distribution adds the
+hyperparameters that the SDK's PyTorch(image_uri=..., distribution=...) adds: mpi (the default;
+Horovod over MPI) is {"mpi": {"enabled": True, ...}}, torch_distributed (torchrun) is
+{"torch_distributed": {"enabled": True}}, none is no distribution. No SSH key goes into the
+job's Environment: the hosts make their SSH trust themselves at start, per job
+(docs/security.md, "SSH trust"). --ssh-key-in-environment puts one there, where
+DescribeTrainingJob and the console show it to anyone who may read the job. --dry-run prints
+the request and creates nothing; --wait follows the job's status and logs and exits with its
+result.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import argparse
 import copy
 import io
 import json
-import math
+import os
 import re
 import sys
 import tarfile
@@ -43,29 +45,24 @@ from hostkit.aws.common import Aws, aws_error, check_region, connect, run, say
 
 ROLE_RE = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/?[a-zA-Z_0-9+=,.@\-_/]+$")
 S3_RE = re.compile(r"^s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(/.*)?$")
-MODES = ("File", "FastFile", "Pipe")
-DISTRIBUTIONS = ("FullyReplicated", "ShardedByS3Key")  # of a channel's S3 data
-MPI_ONLY = ("processes_per_host", "custom_mpi_options")
 SSH_KEY_ENV = "BYOC_SSH_PRIVATE_KEY"  # entrypoint/byoc/constants.py SSH_KEY_ENV
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 SKIP_IN_SOURCE = {"__pycache__", ".git", ".ipynb_checkpoints"}
 # Bounds of the numeric options: SageMaker's own (botocore's model, limits.py) where it has them.
-MAX_PROCESSES_PER_HOST = 1024  # above the 384 vCPUs of the largest instances (ml.m8i.96xlarge)
 MAX_VOLUME_GB = 16384  # the largest EBS volume, 16 TiB
 POLL_S = (1.0, 3600.0)  # s between status checks: not a busy loop, not a --wait that seems hung
 MAX_SOURCE_BYTES = 1 << 30  # the tarball is made in memory; data belongs in a channel, not code
-# The hyperparameters launch sets itself, and the option that sets each.
-OWN_HYPERPARAMETERS = {
-    "sagemaker_program": "--entry-point",
-    "sagemaker_submit_directory": "--source-dir/--code-location",
-    "sagemaker_region": "--region",
-    "sagemaker_job_name": "--job-name",
-    "sagemaker_mpi_enabled": "--distribution",
-    "sagemaker_mpi_num_of_processes_per_host": "--processes-per-host",
-    "sagemaker_mpi_custom_mpi_options": "--custom-mpi-options",
-    "sagemaker_torch_distributed_enabled": "--distribution",
-    "sagemaker_instance_type": "--instance-type",
-}
+# How the options spell a job (hostkit.job), and what launch adds: the platform's
+# hyperparameters, an opted-in SSH key.
+TOOL = job.Tool(
+    instance_count="--instance-count",
+    processes_per_host="--processes-per-host",
+    distribution="--distribution",
+    distributions={name: name for name in job.DISTRIBUTIONS},
+    submit_directory="--source-dir/--code-location",
+    platform={"sagemaker_region": "--region", "sagemaker_job_name": "--job-name"},
+    environment={SSH_KEY_ENV: "--ssh-key-in-environment"},
+)
 
 
 def sagemaker_model():
@@ -82,82 +79,73 @@ def s3_problem(uri: str) -> str | None:
     return limits.text_problem(uri, "S3Uri")
 
 
-def parse_channel(text: str) -> dict:
-    """NAME=S3_URI[,mode=File|FastFile|Pipe][,distribution=...][,wrap=RecordIO][,content-type=..]"""
-    name, sep, rest = text.partition("=")
-    if not sep or not name:
-        raise HostError(f"--channel {text!r}: expected NAME=s3://bucket/prefix[,mode=Pipe,...]")
-    uri, *options = rest.split(",")
-    problem = s3_problem(uri)
-    if problem:
-        raise HostError(f"--channel {name}: {uri!r} {problem}")
-    spec = {
-        "ChannelName": name,
+def channel_spec(channel: job.Channel) -> dict:
+    """The channel as InputDataConfig holds it."""
+    spec: dict = {
+        "ChannelName": channel.name,
         "DataSource": {
             "S3DataSource": {
                 "S3DataType": "S3Prefix",
-                "S3Uri": uri,
-                "S3DataDistributionType": "FullyReplicated",
+                "S3Uri": channel.source,
+                "S3DataDistributionType": channel.distribution,
             }
         },
     }
-    for option in options:
-        key, _, value = option.partition("=")
-        if key == "mode":
-            if value not in MODES:
-                raise HostError(f"--channel {name}: mode must be one of {', '.join(MODES)}")
-            spec["InputMode"] = value
-        elif key == "distribution":
-            if value not in DISTRIBUTIONS:
-                raise HostError(
-                    f"--channel {name}: distribution must be one of {', '.join(DISTRIBUTIONS)}"
-                )
-            spec["DataSource"]["S3DataSource"]["S3DataDistributionType"] = value
-        elif key == "wrap":
-            if value not in ("RecordIO", "None"):
-                raise HostError(f"--channel {name}: wrap must be RecordIO or None")
-            spec["RecordWrapperType"] = value
-        elif key == "content-type":
-            problem = limits.text_problem(value, "ContentType")
-            if problem:
-                raise HostError(f"--channel {name}: content-type {value!r} {problem}")
-            spec["ContentType"] = value
-        else:
-            raise HostError(f"--channel {name}: unknown option {key!r}")
+    if channel.mode:
+        spec["InputMode"] = channel.mode
+    if channel.wrap:
+        spec["RecordWrapperType"] = channel.wrap
+    if channel.content_type is not None:
+        spec["ContentType"] = channel.content_type
     return spec
 
 
-def source_files(source_dir: Path) -> tuple[list[Path], list[str]]:
-    """(the regular files to pack, the symlinks left out), MAX_SOURCE_BYTES at most."""
-    files, symlinks, size = [], [], 0
+def source_files(source_dir: Path) -> tuple[list[tuple[Path, str | None]], list[str]]:
+    """What sourcedir.tar.gz holds, MAX_SOURCE_BYTES at most: (path, None) for each regular file,
+    (path, target) for each symlink that resolves inside source_dir (its target made relative,
+    so the job's code directory is the tree local-train mounts); and the symlinks left out
+    (leading outside, dangling or looping). source_dir: resolved."""
+    members: list[tuple[Path, str | None]] = []
+    left_out, size = [], 0
     for path in sorted(source_dir.rglob("*")):
         rel = path.relative_to(source_dir)
         if any(part in SKIP_IN_SOURCE for part in rel.parts):
             continue
         if path.is_symlink():
-            symlinks.append(str(rel))
+            try:
+                target = path.resolve(strict=True)
+            except (OSError, RuntimeError):  # RuntimeError: a loop, before Python 3.13
+                target = None
+            if target is None or not target.is_relative_to(source_dir):
+                left_out.append(str(rel))
+            else:
+                members.append((path, os.path.relpath(target.relative_to(source_dir), rel.parent)))
         elif path.is_file():
-            files.append(path)
+            members.append((path, None))
             size += path.stat().st_size
             if size > MAX_SOURCE_BYTES:
                 raise HostError(
                     f"--source-dir {source_dir}: more than {MAX_SOURCE_BYTES >> 20} MiB of files "
                     "(the tarball is made in memory): put data in a --channel, not in the code"
                 )
-    return files, symlinks
+    return members, left_out
 
 
 def pack_source(source_dir: Path) -> bytes:
-    """sourcedir.tar.gz as the SDK makes it: the directory's files at the archive's root.
-
-    validate() has checked that source_dir holds the entry point. Symlinks are left out.
-    """
-    files, _ = source_files(source_dir)
+    """sourcedir.tar.gz as the SDK makes it: the directory's files at the archive's root, its
+    symlinks that stay inside as relative ones (source_files). source_dir: the Job's, checked."""
+    members, _ = source_files(source_dir)
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for path in files:
+        for path, target in members:
+            arcname = str(path.relative_to(source_dir))
             try:
-                tar.add(path, arcname=str(path.relative_to(source_dir)), recursive=False)
+                if target is None:
+                    tar.add(path, arcname=arcname, recursive=False)
+                else:
+                    info = tar.gettarinfo(path, arcname=arcname)
+                    info.linkname = target
+                    tar.addfile(info)
             except OSError as exc:
                 raise HostError(f"--source-dir: cannot read {path}: {exc.strerror}") from None
     return buf.getvalue()
@@ -227,8 +215,8 @@ def parse_args(argv):
     p.add_argument(
         "--processes-per-host",
         type=int,
-        help=f"Horovod ranks per instance, 1-{MAX_PROCESSES_PER_HOST} (--distribution mpi only; "
-        "default: one per GPU)",
+        help=f"Horovod ranks per instance, 1-{job.MAX_PROCESSES_PER_HOST} (--distribution mpi "
+        "only; default: one per GPU)",
     )
     p.add_argument(
         "--custom-mpi-options",
@@ -249,7 +237,9 @@ def parse_args(argv):
     p.add_argument("--base-job-name", default="pytorch-horovod")
     p.add_argument("--hp", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--channel", action="append", default=[], metavar="NAME=S3URI[,opts]")
-    p.add_argument("--input-mode", choices=MODES, default="File", help="channels' default mode")
+    p.add_argument(
+        "--input-mode", choices=job.INPUT_MODES, default="File", help="channels' default mode"
+    )
     p.add_argument("--output-path", help="s3:// for model and output (default: SDK's bucket)")
     p.add_argument("--checkpoint-s3-uri", help="s3:// synced with /opt/ml/checkpoints")
     p.add_argument("--spot", action="store_true", help="managed spot training")
@@ -284,73 +274,24 @@ def parse_args(argv):
         default=15.0,
         help=f"seconds between status checks, {POLL_S[0]:g}-{POLL_S[1]:g}",
     )
-    args = p.parse_args(argv)
-    if args.distribution != "mpi":
-        for name in MPI_ONLY:
-            if getattr(args, name) is not None:
-                flag = "--" + name.replace("_", "-")
-                p.error(f"{flag} is for --distribution mpi, not {args.distribution}")
-    return args
-
-
-def _number(value) -> str:
-    return f"{value:g}" if isinstance(value, float) else str(value)
-
-
-def _in_range(flag: str, value, low, high, unit: str, source: str) -> None:
-    if (isinstance(value, float) and not math.isfinite(value)) or not low <= value <= high:
-        raise HostError(
-            f"{flag} must be {_number(low)}-{_number(high)}{unit} ({source}), not {_number(value)}"
-        )
+    return p.parse_args(argv)
 
 
 def check_numbers(args) -> None:
-    low, high = limits.int_range("TrainingInstanceCount", low=1)
-    _in_range("--instance-count", args.instance_count, low, high, "", "SageMaker's InstanceCount")
-    if args.processes_per_host is not None:
-        _in_range(
-            "--processes-per-host", args.processes_per_host, 1, MAX_PROCESSES_PER_HOST, "", "ranks"
-        )
     low, high = limits.int_range("VolumeSizeInGB", high=MAX_VOLUME_GB)
-    _in_range("--volume-size", args.volume_size, low, high, " GB", "the largest EBS volume")
+    job.in_range("--volume-size", args.volume_size, low, high, " GB", "the largest EBS volume")
     low, high = limits.int_range("MaxRuntimeInSeconds", high=limits.MAX_RUNTIME_S)
-    _in_range("--max-run", args.max_run, low, high, " s", "SageMaker's MaxRuntimeInSeconds")
+    job.in_range("--max-run", args.max_run, low, high, " s", "SageMaker's MaxRuntimeInSeconds")
     if args.max_wait is not None:
         if not args.spot:
             raise HostError("--max-wait is for managed spot training: add --spot")
         if args.max_wait < args.max_run:
             raise HostError("--max-wait must be at least --max-run")
         low, high = limits.int_range("MaxWaitTimeInSeconds", low=args.max_run)
-        _in_range("--max-wait", args.max_wait, low, high, " s", "SageMaker's MaxWaitTimeInSeconds")
-    _in_range("--poll", args.poll, *POLL_S, " s", "between status checks")
-
-
-def check_entry_point(args) -> None:
-    if bool(args.source_dir) != bool(args.entry_point):
-        raise HostError("--source-dir and --entry-point go together")
-    if not args.source_dir:
-        return
-    if not args.source_dir.is_dir():
-        raise HostError(f"--source-dir {args.source_dir} does not exist or is not a directory")
-    entry, rel = args.entry_point, Path(args.entry_point)
-    if limits.CONTROL.search(entry) or not entry.strip():
-        raise HostError(f"--entry-point {entry!r} is not a file name")
-    if rel.is_absolute() or ".." in rel.parts:
-        raise HostError(
-            f"--entry-point {entry}: a path inside --source-dir, relative to it, without '..'"
+        job.in_range(
+            "--max-wait", args.max_wait, low, high, " s", "SageMaker's MaxWaitTimeInSeconds"
         )
-    path = args.source_dir / rel
-    if path.is_symlink() or not path.resolve().is_relative_to(args.source_dir.resolve()):
-        raise HostError(
-            f"--entry-point {entry} is a symlink or leads through one: the source tarball holds "
-            "regular files only, so the job would not find it"
-        )
-    if not path.is_file():
-        raise HostError(f"--entry-point {entry} is not a file in {args.source_dir}")
-    if args.distribution == "torch_distributed" and not entry.endswith(".py"):
-        # as the SDK's fw_utils.validate_torch_distributed_distribution refuses it
-        raise HostError("--distribution torch_distributed runs python programs: --entry-point *.py")
-    source_files(args.source_dir)  # its size
+    job.in_range("--poll", args.poll, *POLL_S, " s", "between status checks")
 
 
 def job_name(args) -> str:
@@ -359,9 +300,7 @@ def job_name(args) -> str:
     else:
         stamp = f"{datetime.now(timezone.utc):%Y-%m-%d-%H-%M-%S-%f}"[:-3]
         name, what = f"{args.base_job_name}-{stamp}", f"--base-job-name {args.base_job_name!r}:"
-    problem = limits.text_problem(name, "TrainingJobName", controls=True)
-    if problem:
-        raise HostError(f"{what} {name!r} {problem}: letters, digits and -, at most 63")
+    job.check_name(name, what)
     return name
 
 
@@ -376,16 +315,8 @@ def validate(args) -> None:
     )
     if problem:
         raise HostError(f"--image-uri {args.image_uri!r} {problem}")
-    types = training_instance_types()
-    if args.instance_type not in types:
-        close = [t for t in types if t.startswith(args.instance_type.rsplit(".", 1)[0])][:6]
-        raise HostError(
-            f"--instance-type {args.instance_type!r} is not a SageMaker training instance type"
-            + (f" (similar: {', '.join(close)})" if close else " (e.g. ml.g5.12xlarge)")
-        )
     check_numbers(args)
     check_region(args.region)
-    args.job = job_name(args)
     for uri, what in (
         (args.output_path, "--output-path"),
         (args.checkpoint_s3_uri, "--checkpoint-s3-uri"),
@@ -406,63 +337,71 @@ def validate(args) -> None:
             problem = limits.text_problem(value, item, controls=True)
             if problem:
                 raise HostError(f"{flag} {value!r} {problem}")
-    check_entry_point(args)
-    limits.channel_names([c.partition("=")[0] for c in args.channel])
-    args.channel_specs = [parse_channel(c) for c in args.channel]
+    args.job = job.Job(
+        TOOL,
+        name=job_name(args),
+        instance_type=args.instance_type,
+        instance_count=args.instance_count,
+        distribution=args.distribution,
+        processes_per_host=args.processes_per_host,
+        custom_mpi_options=args.custom_mpi_options,
+        source_dir=args.source_dir,
+        entry_point=args.entry_point,
+        hyperparameters=args.hp,
+        environment=args.env,
+        channels=[job.parse_channel(item) for item in args.channel],
+        input_mode=args.input_mode,
+    )
+    types = training_instance_types()
+    if args.instance_type not in types:
+        close = [t for t in types if t.startswith(args.instance_type.rsplit(".", 1)[0])][:6]
+        raise HostError(
+            f"--instance-type {args.instance_type!r} is not a SageMaker training instance type"
+            + (f" (similar: {', '.join(close)})" if close else " (e.g. ml.g5.12xlarge)")
+        )
+    if args.job.source_dir:
+        source_files(args.job.source_dir)  # its size
+    for channel in args.job.channels:
+        problem = s3_problem(channel.source)
+        if problem:
+            raise HostError(f"--channel {channel.name}: {channel.source!r} {problem}")
     # The request with placeholders for what AWS tells: refuses what CreateTrainingJob would.
     job_key = "<key>" if args.ssh_key_in_environment is not None else None
-    build_request(args, args.region or "us-east-1", "123456789012", args.job, job_key)
+    build_request(args, args.region or "us-east-1", "123456789012", job_key)
 
 
-def build_request(args, region: str, account: str, job_name: str, job_key: str | None) -> dict:
+def build_request(args, region: str, account: str, job_key: str | None) -> dict:
+    """args.job (a checked Job) and launch's own settings as a CreateTrainingJob request."""
+    spec: job.Job = args.job
     bucket = f"sagemaker-{region}-{account}"
-    own: dict = {}
-    if args.entry_point:
-        code_prefix = (args.code_location or f"s3://{bucket}").rstrip("/")
-        own.update(
-            job.code_hyperparameters(
-                args.entry_point, f"{code_prefix}/{job_name}/source/sourcedir.tar.gz"
-            )
-        )
-    own["sagemaker_region"] = region
-    own["sagemaker_job_name"] = job_name
-    own.update(
-        job.distribution_hyperparameters(
-            args.distribution,
-            processes_per_host=args.processes_per_host,
-            custom_mpi_options=args.custom_mpi_options,
-            instance_type=args.instance_type,
-        )
+    code_prefix = (args.code_location or f"s3://{bucket}").rstrip("/")
+    hyperparameters = spec.encoded_hyperparameters(
+        f"{code_prefix}/{spec.name}/source/sourcedir.tar.gz",
+        {"sagemaker_region": region, "sagemaker_job_name": spec.name},
     )
-    hyperparameters = limits.hyperparameters(args.hp, own, OWN_HYPERPARAMETERS)
-    env = limits.environment(
-        args.env, {SSH_KEY_ENV: "--ssh-key-in-environment"}, extra=bool(job_key)
-    )
-    if job_key:
-        env[SSH_KEY_ENV] = job_key
-    channels = args.channel_specs
+    env = spec.job_environment({SSH_KEY_ENV: job_key} if job_key else {})
     output = (args.output_path or f"s3://{bucket}/").rstrip("/") + "/"
     request = {
-        "TrainingJobName": job_name,
+        "TrainingJobName": spec.name,
         "AlgorithmSpecification": {
             "TrainingImage": args.image_uri,
-            "TrainingInputMode": args.input_mode,
+            "TrainingInputMode": spec.input_mode,
             "EnableSageMakerMetricsTimeSeries": False,
         },
         "RoleArn": args.role,
         "HyperParameters": hyperparameters,
         "OutputDataConfig": {"S3OutputPath": output},
         "ResourceConfig": {
-            "InstanceType": args.instance_type,
-            "InstanceCount": args.instance_count,
+            "InstanceType": spec.instance_type,
+            "InstanceCount": spec.instance_count,
             "VolumeSizeInGB": args.volume_size,
         },
         "StoppingCondition": {"MaxRuntimeInSeconds": args.max_run},
         "EnableManagedSpotTraining": bool(args.spot),
         "Tags": [{"Key": "created-by", "Value": "pytorch-horovod launch"}],
     }
-    if channels:
-        request["InputDataConfig"] = channels
+    if spec.channels:
+        request["InputDataConfig"] = [channel_spec(channel) for channel in spec.channels]
     if env:
         request["Environment"] = env
     if args.spot:
@@ -585,7 +524,7 @@ def main(argv: list[str] | None = None) -> int:
         except HostError:
             region = args.region or "<region>"
         account = "<account>"
-    job_name = args.job
+    job_name = args.job.name
     job_key = None  # by default the hosts make their own SSH trust; a key is opt-in
     if args.ssh_key_in_environment is True:
         job_key = new_job_key()
@@ -596,14 +535,17 @@ def main(argv: list[str] | None = None) -> int:
             f"warning: {SSH_KEY_ENV} goes in the job's Environment, which DescribeTrainingJob "
             "and the console show to anyone who may read the job"
         )
-    request = build_request(args, region, account, job_name, job_key)
+    request = build_request(args, region, account, job_key)
     payload = None
-    if args.source_dir:
-        payload = pack_source(args.source_dir)
-        _, symlinks = source_files(args.source_dir)
-        if symlinks:
-            shown = ", ".join(symlinks[:5]) + (", ..." if len(symlinks) > 5 else "")
-            say(f"note: --source-dir: {len(symlinks)} symlink(s) not packed: {shown}")
+    if args.job.source_dir:
+        payload = pack_source(args.job.source_dir)
+        _, left_out = source_files(args.job.source_dir)
+        if left_out:
+            shown = ", ".join(left_out[:5]) + (", ..." if len(left_out) > 5 else "")
+            say(
+                f"note: --source-dir: {len(left_out)} symlink(s) leading outside it, dangling or "
+                f"looping, not packed: {shown}"
+            )
     if args.dry_run:
         print(json.dumps(redacted(request), indent=2))
         if payload is not None:

@@ -269,7 +269,7 @@ def test_the_contracts_limits_and_the_host_tools_copies_are_sagemakers_own():
     each other, so neither can drift."""
     import botocore.session
 
-    from hostkit import local_train
+    from hostkit import job
     from hostkit.aws import launch, limits
 
     model = botocore.session.get_session().get_service_model("sagemaker")
@@ -285,5 +285,6 @@ def test_the_contracts_limits_and_the_host_tools_copies_are_sagemakers_own():
     assert meta("HyperParameterValue")["max"] == config.MAX_HP_VALUE
     for name in ("a-b", "x.y z", "Train_1", "ü"):
         assert limits.env_key(name) == config.env_key(name)
-    assert local_train.CPU_SLOTS_ENV == C.CPU_SLOTS_ENV
+    assert job.CPU_SLOTS_ENV == C.CPU_SLOTS_ENV
+    assert job.MAX_PROCESSES_PER_HOST == C.MAX_SLOTS_PER_HOST
     assert launch.SSH_KEY_ENV == C.SSH_KEY_ENV

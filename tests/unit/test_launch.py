@@ -12,6 +12,7 @@ import boto3
 import botocore.exceptions
 import botocore.session
 import pytest
+from byoc import code
 from byoc import config as entry_config
 
 from hostkit import local_train
@@ -225,6 +226,32 @@ def test_source_tarball_in_s3_has_the_sdk_layout(aws_env, source, sent):
         assert tar.extractfile("train.py").read() == b"print('hi')\n"
 
 
+def test_symlinks_inside_the_source_dir_are_packed_as_relative_ones(
+    aws_env, source, tmp_path, capsys
+):
+    """The job's code directory is the tree local-train mounts: a symlinked entry point that
+    resolves inside --source-dir runs; a symlink leading outside is left out, with a note."""
+    (source / "run.py").symlink_to(source / "train.py")  # absolute, inside
+    (source / "pkg").symlink_to("lib")
+    outside = source.parent / "secret.py"
+    outside.write_text("SECRET = 1\n")
+    (source / "secret.py").symlink_to(outside)
+    args = without(full_args(source), "--entry-point") + ["--entry-point", "run.py"]
+    assert launch.main(args) == 0
+    assert "1 symlink(s) leading outside it" in capsys.readouterr().err
+    body = boto3.client("s3").get_object(Bucket=BUCKET, Key="byoc-test-job/source/sourcedir.tar.gz")
+    archive = tmp_path / "sourcedir.tar.gz"
+    archive.write_bytes(body["Body"].read())
+    with tarfile.open(archive) as tar:
+        links = {m.name: m.linkname for m in tar.getmembers() if m.issym()}
+    assert links == {"run.py": "train.py", "pkg": "lib"}
+    code.stage(str(archive), tmp_path / "code")  # as the image unpacks it
+    assert (tmp_path / "code" / "run.py").read_text() == "print('hi')\n"
+    assert (tmp_path / "code" / "pkg" / "util.py").read_text() == "X = 1\n"
+    hps = boto3.client("sagemaker").describe_training_job(TrainingJobName="byoc-test-job")
+    assert hps["HyperParameters"]["sagemaker_program"] == '"run.py"'
+
+
 def without(args, *flags):
     """args less each flag and its value."""
     out = list(args)
@@ -311,33 +338,6 @@ def test_an_unknown_distribution_is_refused(aws_env, source, capsys):
     err = capsys.readouterr().err
     assert "--distribution: invalid choice: 'horovod'" in err
     assert "mpi" in err and "torch_distributed" in err and "none" in err
-
-
-@pytest.mark.parametrize("distribution", ["torch_distributed", "none"])
-@pytest.mark.parametrize(
-    ("flags", "flag"),
-    [
-        (["--processes-per-host", "8"], "--processes-per-host"),
-        (["--custom-mpi-options=-x A=1"], "--custom-mpi-options"),
-    ],
-)
-def test_mpi_only_options_are_refused_for_other_distributions(
-    aws_env, source, capsys, distribution, flags, flag
-):
-    args = [*without(full_args(source), "--processes-per-host"), *flags]
-    with pytest.raises(SystemExit) as exc:
-        launch.main([*args, "--distribution", distribution])
-    assert exc.value.code == 2
-    assert f"{flag} is for --distribution mpi, not {distribution}" in capsys.readouterr().err
-    assert boto3.client("sagemaker").list_training_jobs()["TrainingJobSummaries"] == []
-
-
-def test_torch_distributed_runs_python_entry_points_as_the_sdk_requires(aws_env, source, capsys):
-    (source / "train.sh").write_text("echo hi\n")
-    args = without(full_args(source), "--processes-per-host", "--entry-point")
-    args += ["--entry-point", "train.sh", "--distribution", "torch_distributed"]
-    assert common.run(launch.main, args) == 2
-    assert "--entry-point *.py" in capsys.readouterr().err
 
 
 def test_no_ssh_key_in_the_environment_by_default(aws_env, source, sent, capsys):
@@ -445,8 +445,9 @@ def test_a_failed_create_leaves_no_tarball(aws_env, source, monkeypatch):
     [
         ({"--role": "SageMakerTraining"}, "is not an IAM role ARN"),
         ({"--instance-type": "ml.p4d.48xlarge"}, "not a SageMaker training instance type"),
-        ({"--source-dir": "/nonexistent/src"}, "does not exist or is not a directory"),
-        ({"--entry-point": "missing.py"}, "is not a file in"),
+        ({"--source-dir": "/nonexistent/src"}, "--source-dir /nonexistent/src: does not exist"),
+        ({"--entry-point": "missing.py"}, "--entry-point missing.py: no regular file"),
+        ({"--processes-per-host": "0"}, "--processes-per-host must be 1-256"),
         ({"--job-name": "bad_name!"}, "--job-name"),
         ({"--max-wait": "60"}, "at least --max-run"),
         ({"--channel": "train=http://x/y"}, "is not an s3://bucket/prefix URI"),
@@ -482,16 +483,15 @@ def test_no_credentials_is_a_clear_error(aws_env, source, capsys, monkeypatch):
     ],
 )
 def test_local_train_writes_what_launch_sends(aws_env, source, tmp_path, launcher, slots, key):
-    """make local-train and make launch render one job description (hostkit.job): for the same
-    distribution, the same hyperparameters as the SageMaker SDK sends them."""
+    """make local-train and make launch render one job description (hostkit.job.Job): for the
+    same distribution, the same hyperparameters as the SageMaker SDK sends them."""
     argv = ["--launcher", launcher, "--out", str(tmp_path / "out"), "--source-dir", str(source)]
     argv += ["--entry-point", "train.py", "--instance-type", "ml.p4d.24xlarge"]
     if slots is not None:
         argv += ["--slots", slots]
     if key[2] is not None:
         argv.append(f"--custom-mpi-options={key[2]}")
-    local = local_train.hyperparameters(local_train.parse_args(argv))
-    assert local == {
+    assert local_train.parse_args(argv).hps == {
         **SDK_DISTRIBUTION_HPS[key],
         "sagemaker_program": '"train.py"',
         "sagemaker_submit_directory": '"/opt/ml/code"',
