@@ -80,6 +80,14 @@ DISCOVER_PORT_ENV = "BYOC_DISCOVER_PORT"  # the port that must answer with an SS
 DEFAULT_DISCOVER_PORT = 22
 DISCOVER_TIMEOUT_ENV = "BYOC_DISCOVER_TIMEOUT"  # s for all probes together
 DEFAULT_DISCOVER_TIMEOUT = 1.0  # horovodrun asks every second
+# s a host that answered before stays listed while its probes go unanswered (a busy sshd or DNS);
+# below 20 s, the earliest horovodrun retries a failed host with --blacklist-cooldown-range 10 60
+DISCOVER_GRACE_ENV = "BYOC_DISCOVER_GRACE"
+DEFAULT_DISCOVER_GRACE = 15.0
+MAX_DISCOVER_GRACE = 600.0  # horovodrun's default --elastic-timeout
+# the directory of its memory between calls and of its log (default: $TMPDIR/byoc-discover-<uid>)
+DISCOVER_STATE_DIR_ENV = "BYOC_DISCOVER_STATE_DIR"
+DISCOVER_LOG_MAX_BYTES = 1 << 20  # the log is rotated at this size: one older file is kept
 MAX_DISCOVER_HOSTS = 1024
 RUNTIME_DIR = "/run/byoc"
 INIT_MARKER_ENV = "BYOC_INIT"  # set by byoc-init for all it starts (docker/bash-env.sh reads it)

@@ -7,6 +7,7 @@ names the variable, the value and what is allowed.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 from byoc import constants as C
@@ -18,7 +19,10 @@ class SettingsError(ValueError):
     """A variable holds a value the image cannot use; the message names it."""
 
 
-def seconds(env: dict[str, str], name: str, default: float, high: float = DAY) -> float:
+def seconds(
+    env: dict[str, str], name: str, default: float, high: float = DAY, zero: bool = False
+) -> float:
+    """A number of seconds above 0 (or 0 itself where `zero`) and at most `high`."""
     raw = env.get(name, "").strip()
     if not raw:
         return default
@@ -26,9 +30,11 @@ def seconds(env: dict[str, str], name: str, default: float, high: float = DAY) -
         value = float(raw)
     except ValueError:
         value = math.nan
-    if not (math.isfinite(value) and 0 < value <= high):
+    above_low = value >= 0 if zero else value > 0
+    if not (math.isfinite(value) and above_low and value <= high):
+        low = "0 or more" if zero else "more than 0"
         raise SettingsError(
-            f"{name}={raw!r}: expected a number of seconds, more than 0 and at most {high:g}"
+            f"{name}={raw!r}: expected a number of seconds, {low} and at most {high:g}"
         )
     return value
 
@@ -52,6 +58,14 @@ def choice(env: dict[str, str], name: str, choices: tuple[str, ...], default: st
         return default
     if raw not in choices:
         raise SettingsError(f"{name}={env[name]!r}: expected one of {', '.join(choices)}")
+    return raw
+
+
+def directory(env: dict[str, str], name: str) -> str:
+    """An absolute path ("" when unset): a relative one would depend on the caller's directory."""
+    raw = env.get(name, "").strip()
+    if raw and (not os.path.isabs(raw) or "\0" in raw):
+        raise SettingsError(f"{name}={raw!r}: expected an absolute path")
     return raw
 
 
@@ -112,6 +126,14 @@ class DiscoverySettings:
     slots: int | None  # BYOC_DISCOVER_SLOTS, None: GPUs on this host, else 1
     port: int
     timeout: float
+    grace: float  # BYOC_DISCOVER_GRACE: s a host that answered before stays listed while silent
+    state_dir: str  # BYOC_DISCOVER_STATE_DIR: where that memory and the log are kept
+
+
+def default_state_dir(env: dict[str, str], uid: int) -> str:
+    """This user's directory in the temporary directory ($TMPDIR, else /tmp)."""
+    tmp = env.get("TMPDIR", "").strip() or "/tmp"
+    return f"{tmp.rstrip('/') or '/'}/byoc-discover-{uid}"
 
 
 def load_discovery(env: dict[str, str]) -> DiscoverySettings:
@@ -123,4 +145,8 @@ def load_discovery(env: dict[str, str]) -> DiscoverySettings:
         slots=slots,
         port=port(env, C.DISCOVER_PORT_ENV, C.DEFAULT_DISCOVER_PORT),
         timeout=seconds(env, C.DISCOVER_TIMEOUT_ENV, C.DEFAULT_DISCOVER_TIMEOUT, high=60),
+        grace=seconds(
+            env, C.DISCOVER_GRACE_ENV, C.DEFAULT_DISCOVER_GRACE, C.MAX_DISCOVER_GRACE, True
+        ),
+        state_dir=directory(env, C.DISCOVER_STATE_DIR_ENV) or default_state_dir(env, os.geteuid()),
     )
