@@ -1,11 +1,13 @@
 # PyTorch + Horovod training image, SageMaker "bring your own container" compatible.
 #
-# One file, two flavors (see docs/building.md, "Build arguments"):
+# One file, two flavors, which the block "The flavors" below defines: `--build-arg FLAVOR=cpu`
+# is all a plain `docker build` needs (docs/building.md, "Build arguments"):
 #   gpu (default): nvidia/cuda cudnn-devel base for the builder, the matching -base image (CUDA's
 #                  runtime library only: torch's wheels bring the rest) for the image, Horovod with
 #                  NCCL.
-#   cpu:           the same stages on a plain OS base (Ubuntu, or the Debian base `make local-base`
-#                  makes where no registry can be reached), Horovod with Gloo and MPI.
+#   cpu:           the same stages on a plain OS base (CPU_BASE_IMAGE: Ubuntu, or the Debian base
+#                  `make local-base` makes where no registry can be reached), Horovod with Gloo
+#                  and MPI.
 # Both runtimes carry g++, Python's headers and ninja: torch.compile and C++ extensions build at
 # run time (docs/pytorch.md).
 #
@@ -18,6 +20,7 @@ ARG CUDA_VERSION=13.2.1
 ARG BASE_OS=ubuntu24.04
 ARG BUILDER_IMAGE=nvidia/cuda:${CUDA_VERSION}-cudnn-devel-${BASE_OS}
 ARG RUNTIME_IMAGE=nvidia/cuda:${CUDA_VERSION}-base-${BASE_OS}
+ARG CPU_BASE_IMAGE=ubuntu:24.04
 # PyTorch: a matching pair (TORCHVISION_VERSION empty: no torchvision). TORCH_INDEX_URL empty:
 # PyPI (a CUDA 13 build); e.g. https://download.pytorch.org/whl/cpu for a small CPU-only torch in
 # the cpu flavor.
@@ -33,7 +36,8 @@ ARG HOROVOD_SHA256=92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67
 # test/ (the sdist has not), verified by sha256; the image build does not use it.
 ARG HOROVOD_SRC_URL=https://github.com/horovod/horovod/archive/refs/tags/v${HOROVOD_VERSION}.tar.gz
 ARG HOROVOD_SRC_SHA256=88fbcd2815083607a5d27962f323eae5752e3eb96511aaac98258f280cac0f8e
-ARG HOROVOD_GPU_OPERATIONS=NCCL
+# auto: NCCL where the builder has CUDA's nvcc (the gpu flavor), none elsewhere.
+ARG HOROVOD_GPU_OPERATIONS=auto
 ARG CUDA_ARCHS=80,86,89,90,100,120
 # NVIDIA's toolkit wheels give horovod/torch's CMake the headers and cudart it asks for when
 # torch is a CUDA build but the base has no toolkit (the cpu flavor with PyPI's torch).
@@ -63,8 +67,25 @@ ARG SOURCE_URL=unknown
 ARG FLAVOR=gpu
 
 # ---------------------------------------------------------------------------------------------
+# The flavors: each is a builder base and a runtime base, picked by FLAVOR below (BuildKit builds
+# only the stages the target needs, so the other flavor's images are never pulled). The builder
+# base names both for the SBOM.
+FROM ${BUILDER_IMAGE} AS builder-base-gpu
+ARG BUILDER_IMAGE
+ARG RUNTIME_IMAGE
+ENV BYOC_BASE_IMAGES="builder=${BUILDER_IMAGE} runtime=${RUNTIME_IMAGE}"
+FROM ${RUNTIME_IMAGE} AS runtime-base-gpu
+
+FROM ${CPU_BASE_IMAGE} AS builder-base-cpu
+ARG CPU_BASE_IMAGE
+ENV BYOC_BASE_IMAGES="builder=${CPU_BASE_IMAGE} runtime=${CPU_BASE_IMAGE}"
+FROM ${CPU_BASE_IMAGE} AS runtime-base-cpu
+
+# ---------------------------------------------------------------------------------------------
 # The runtime's OS packages, on either base (Debian and Ubuntu names agree).
-FROM ${RUNTIME_IMAGE} AS runtime-os
+# A stage above, picked by FLAVOR, not a registry image:
+# hadolint ignore=DL3006
+FROM runtime-base-${FLAVOR} AS runtime-os
 SHELL ["/bin/bash", "-o", "pipefail", "-euc"]
 ENV DEBIAN_FRONTEND=noninteractive \
     LANG=C.UTF-8 \
@@ -96,7 +117,9 @@ RUN rm -f /etc/apt/sources.list.d/cuda*.list \
  && rm -f /etc/ssh/ssh_host_*
 
 # ---------------------------------------------------------------------------------------------
-FROM ${BUILDER_IMAGE} AS builder
+# A stage above, picked by FLAVOR, not a registry image:
+# hadolint ignore=DL3006
+FROM builder-base-${FLAVOR} AS builder
 SHELL ["/bin/bash", "-o", "pipefail", "-euc"]
 ENV DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8 LC_ALL=C.UTF-8
 RUN rm -f /etc/apt/sources.list.d/cuda*.list \
@@ -135,7 +158,8 @@ ARG HOROVOD_GPU_OPERATIONS
 ARG CUDA_ARCHS
 ARG CUDA_TOOLKIT_WHEELS
 COPY docker/patches/ /usr/local/lib/byoc-build/patches/
-COPY docker/build/build-horovod.sh docker/build/nccl-home.sh /usr/local/lib/byoc-build/
+COPY docker/build/build-horovod.sh docker/build/nccl-home.sh docker/build/source_record.py \
+     docker/build/fetch_verified.py /usr/local/lib/byoc-build/
 RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=ca \
     --mount=type=bind,source=.wheelhouse,target=/wheelhouse \
@@ -167,15 +191,16 @@ ARG NCCL_TESTS_URL
 ARG NCCL_TESTS_SHA256
 ARG NCCL_TESTS
 ARG CUDA_ARCHS
-COPY docker/build/build-nccl-tests.sh docker/build/source-lib.sh docker/build/fetch_verified.py \
-     /usr/local/lib/byoc-build/
+COPY docker/build/build-nccl-tests.sh docker/build/source-lib.sh /usr/local/lib/byoc-build/
 RUN --mount=type=secret,id=ca \
     --mount=type=bind,source=.sources,target=/sources \
     /usr/local/lib/byoc-build/build-nccl-tests.sh /opt/nccl-tests
 
 # EFA: libfabric (efa + shm providers) and the aws-ofi-nccl plugin, each in a stage of its own,
 # off the builder's OS (they need neither torch nor Horovod, so BuildKit runs them alongside).
-FROM ${BUILDER_IMAGE} AS efa-builder
+# A stage above, picked by FLAVOR, not a registry image:
+# hadolint ignore=DL3006
+FROM builder-base-${FLAVOR} AS efa-builder
 SHELL ["/bin/bash", "-o", "pipefail", "-euc"]
 ENV DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8 LC_ALL=C.UTF-8
 RUN rm -f /etc/apt/sources.list.d/cuda*.list \
@@ -192,7 +217,7 @@ RUN rm -f /etc/apt/sources.list.d/cuda*.list \
         python3 \
  && rm -rf /var/lib/apt/lists/*
 COPY docker/build/build-efa.sh docker/build/source-lib.sh docker/build/fetch_verified.py \
-     /usr/local/lib/byoc-build/
+     docker/build/source_record.py /usr/local/lib/byoc-build/
 
 FROM efa-builder AS libfabric
 ARG LIBFABRIC_VERSION
@@ -263,22 +288,26 @@ RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
         -r /tmp/pins.txt "horovod==${HOROVOD_VERSION}" "smdebug==${SMDEBUG_VERSION}+byoc.1" \
  && rm /tmp/pins.txt \
  && pip check
-# One NCCL in the image: Horovod's RUNPATH and the linker cache (nccl-tests, anything else) both
-# lead to the NCCL of torch's nvidia-nccl wheel, ahead of any libnccl2 the base carries.
-ARG HOROVOD_GPU_OPERATIONS
+# One NCCL in the gpu image: Horovod's RUNPATH and the linker cache (nccl-tests, anything else)
+# both lead to the NCCL of torch's nvidia-nccl wheel, ahead of any libnccl2 the base carries.
+ARG FLAVOR
 RUN --mount=type=bind,source=docker/build/nccl-home.sh,target=/tmp/nccl-home.sh \
-    if [ "${HOROVOD_GPU_OPERATIONS}" = NCCL ]; then \
+    if [ "${FLAVOR}" = gpu ]; then \
         home=$(/tmp/nccl-home.sh) \
      && echo "${home}/lib" > /etc/ld.so.conf.d/000-byoc-nccl.conf \
      && ldconfig; \
     fi
 COPY --from=nccl-tests /opt/nccl-tests/ /opt/nccl-tests/
+# What each source build made, from what (docker/build/source_record.py): the SBOM reads these.
+COPY --from=nccl-tests /opt/byoc/sources/ /opt/byoc/sources/
 ENV PATH=${PATH}:/opt/nccl-tests/bin
 # EFA: rdma-core's user-space verbs and efa provider (the kernel driver is the host's), hwloc for
 # the plugin, and the linker cache for both. Nothing loads the plugin until byoc-init finds EFA
 # devices and sets NCCL_NET_PLUGIN=ofi (entrypoint/byoc/fabric.py).
 COPY --from=libfabric /opt/amazon/efa/ /opt/amazon/efa/
 COPY --from=aws-ofi-nccl /opt/amazon/ofi-nccl/ /opt/amazon/ofi-nccl/
+COPY --from=libfabric /opt/byoc/sources/ /opt/byoc/sources/
+COPY --from=aws-ofi-nccl /opt/byoc/sources/ /opt/byoc/sources/
 RUN if [ ! -e /opt/amazon/efa/NOT-BUILT ]; then \
         apt-get update \
      && apt-get install -y --no-install-recommends ibverbs-providers libhwloc15 libibverbs1 \
@@ -323,27 +352,11 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     . /usr/local/lib/byoc-build/pip-env.sh \
  && python3 -m venv /opt/sbom \
  && /opt/sbom/bin/pip install --require-hashes -r /usr/local/lib/byoc-build/requirements-sbom.txt
-ARG BUILDER_IMAGE
-ARG RUNTIME_IMAGE
 ARG FLAVOR
-ARG TORCH_VERSION
-ARG HOROVOD_VERSION
-ARG HOROVOD_SHA256
-ARG SMDEBUG_VERSION
-ARG SMDEBUG_SHA256
-ARG NCCL_TESTS_VERSION
-ARG NCCL_TESTS_URL
-ARG NCCL_TESTS_SHA256
-ARG LIBFABRIC_VERSION
-ARG LIBFABRIC_URL
-ARG LIBFABRIC_SHA256
-ARG AWS_OFI_NCCL_VERSION
-ARG AWS_OFI_NCCL_URL
-ARG AWS_OFI_NCCL_SHA256
-COPY docker/build/write_sbom.py docker/build/fetch_verified.py /usr/local/lib/byoc-build/
+COPY docker/build/write_sbom.py /usr/local/lib/byoc-build/
 RUN --mount=type=bind,from=runtime-files,target=/rootfs \
     /opt/sbom/bin/python /usr/local/lib/byoc-build/write_sbom.py --rootfs /rootfs \
-        --patches /usr/local/lib/byoc-build/patches --out /sbom.cdx.json
+        --out /sbom.cdx.json
 
 # ---------------------------------------------------------------------------------------------
 FROM runtime-files AS runtime

@@ -10,11 +10,7 @@ TAG=${TAG:-$FLAVOR}
 # shellcheck source=scripts/lib.sh
 . scripts/lib.sh
 docker_init build
-CPU_BASE=${CPU_BASE:-ubuntu:24.04}
 LOCAL_BASE=${LOCAL_BASE:-pytorch-horovod-base:bookworm}
-say() { echo "build: $*" >&2; }
-fail() { echo "build: error: $*" >&2; exit 1; }
-
 
 have_image() {
     dk image inspect "$1" >/dev/null 2>&1 && return 0
@@ -22,31 +18,30 @@ have_image() {
     dk pull "$1" >/dev/null 2>&1
 }
 
+# The Dockerfile defines the flavors (its block "The flavors"): FLAVOR alone picks the stages'
+# bases. Here only which base images this host has, or can pull, is decided.
 args=(--build-arg "FLAVOR=$FLAVOR")
 case "$FLAVOR" in
     cpu)
         if [ -n "${BASE_IMAGE:-}" ]; then
             have_image "$BASE_IMAGE" || fail "BASE_IMAGE=$BASE_IMAGE is neither local nor pullable"
             base=$BASE_IMAGE
-        elif have_image "$CPU_BASE"; then
-            base=$CPU_BASE
+        elif base=$(pin CPU_BASE_IMAGE) && have_image "$base"; then
+            :
         else
-            say "$CPU_BASE cannot be pulled (no registry?): using the local Debian base $LOCAL_BASE instead"
+            say "$base cannot be pulled (no registry?): using the local Debian base $LOCAL_BASE instead"
             if ! dk image inspect "$LOCAL_BASE" >/dev/null 2>&1; then
                 say "$LOCAL_BASE does not exist yet: making it (make local-base)"
                 scripts/local-base.sh "$LOCAL_BASE" || fail "could not make $LOCAL_BASE; run 'make local-base' and see its error, or pass BASE_IMAGE=<an OS image you have>"
             fi
             base=$LOCAL_BASE
         fi
-        args+=(--build-arg "BUILDER_IMAGE=$base" --build-arg "RUNTIME_IMAGE=$base"
-               --build-arg "HOROVOD_GPU_OPERATIONS=")
+        args+=(--build-arg "CPU_BASE_IMAGE=$base")
         say "cpu flavor on $base"
         ;;
     gpu)
-        cuda=$(pin CUDA_VERSION)
-        os=$(pin BASE_OS)
-        builder=${BUILDER_IMAGE:-nvidia/cuda:${cuda}-cudnn-devel-${os}}
-        runtime=${RUNTIME_IMAGE:-nvidia/cuda:${cuda}-base-${os}}
+        builder=${BUILDER_IMAGE:-$(pin BUILDER_IMAGE)}
+        runtime=${RUNTIME_IMAGE:-$(pin RUNTIME_IMAGE)}
         for b in "$builder" "$runtime"; do
             have_image "$b" || fail "$b cannot be pulled. On a host without registry access, load the nvidia/cuda images (docker load) or pass BUILDER_IMAGE=<CUDA cudnn-devel image> RUNTIME_IMAGE=<matching base image>; or build FLAVOR=cpu"
         done

@@ -10,8 +10,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 IMAGE=${IMAGE:-pytorch-horovod}
-say() { echo "canary: $*" >&2; }
-fail() { echo "canary: error: $*" >&2; exit 2; }
+FAIL_STATUS=2  # bad input, as the Python tools exit
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
 version_re='^[0-9]+\.[0-9]+(\.[0-9]+)?([a-z]+[0-9]+)?(\.(dev|post)[0-9]+)?$'
 torch=${TORCH_VERSION:-}
 [ -n "$torch" ] || fail "TORCH_VERSION is not set: make canary TORCH_VERSION=2.15.0"

@@ -24,8 +24,6 @@ IMAGE_REF=${BYOC_IMAGE:-${IMAGE:-pytorch-horovod}:${TAG:-${FLAVOR:-gpu}}}
 docker_init docker
 MAX_NODES=8
 
-say() { echo "cluster: $*" >&2; }
-fail() { echo "cluster: error: $*" >&2; exit 1; }
 
 [[ $PROJECT =~ ^[a-z0-9][a-z0-9_-]*$ ]] || fail "CLUSTER_PROJECT='$PROJECT': use lower-case letters, digits, - and _"
 

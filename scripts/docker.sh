@@ -8,13 +8,13 @@
 #   docker.sh ca       print the host's CA bundle for builds (PIP_CERT, SSL_CERT_FILE or
 #                      REQUESTS_CA_BUNDLE, the first non-empty file), or nothing
 set -euo pipefail
+SAY_AS=docker.sh
 # shellcheck source=scripts/lib.sh
 . "$(dirname "$0")/lib.sh"
 
 DOCKERD_PIDFILE=${DOCKERD_PIDFILE:-/tmp/pytorch-horovod-dockerd.pid}
 DOCKERD_LOG=${DOCKERD_LOG:-/tmp/pytorch-horovod-dockerd.log}
 
-say() { echo "docker.sh: $*" >&2; }
 
 # A client builds with BuildKit if it has the buildx plugin, or is older than 23.0 (BuildKit was
 # built into the client until then). Docker 23+ without buildx refuses DOCKER_BUILDKIT=1.

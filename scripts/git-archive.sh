@@ -9,7 +9,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 usage="usage: scripts/git-archive.sh nccl-tests|libfabric|aws-ofi-nccl|horovod GIT_DIR OUT.tar.gz"
 pkg=${1:?$usage}; git_dir=${2:?$usage}; out=${3:?$usage}
-fail() { echo "git-archive: error: $*" >&2; exit 1; }
 # shellcheck source=scripts/lib.sh
 . scripts/lib.sh
 case "$pkg" in

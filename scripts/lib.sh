@@ -1,6 +1,11 @@
 # shellcheck shell=bash
 # Sourced by the shell tools: one way to call Docker and one way to read the Dockerfile's pins,
-# as the Python tools do (hostkit/docker.py, hostkit/dockerfile.py).
+# as the Python tools do (hostkit/docker.py, hostkit/dockerfile.py), and one way to speak.
+
+# say MESSAGE / fail MESSAGE: on stderr, named by SAY_AS (set it before sourcing this; default: the
+# script's name without .sh); fail exits FAIL_STATUS (default 1), as hostkit.Teller does.
+say() { echo "${SAY_AS:-$(basename "$0" .sh)}: $*" >&2; }
+fail() { echo "${SAY_AS:-$(basename "$0" .sh)}: error: $*" >&2; exit "${FAIL_STATUS:-1}"; }
 
 # docker_words TEXT: DOCKER_CMD, TEXT split on blanks (no quoting, as hostkit.docker splits it:
 # DOCKER='sudo docker' works, a path with a blank does not).

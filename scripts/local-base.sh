@@ -9,7 +9,6 @@ cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib.sh
 . scripts/lib.sh
 docker_init docker
-say() { echo "local-base: $*" >&2; }
 
 if ! command -v mmdebstrap >/dev/null 2>&1; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

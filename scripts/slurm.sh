@@ -33,8 +33,6 @@ WORKSPACE=${SLURM_WORKSPACE:-$STATE/workspace}
 LABEL="byoc.slurm=$PROJECT"
 CONTROLLER=$PROJECT-slurmctld
 
-say() { echo "slurm: $*" >&2; }
-fail() { echo "slurm: error: $*" >&2; exit 1; }
 
 [[ $PROJECT =~ ^[a-z0-9][a-z0-9_-]*$ ]] || fail "SLURM_PROJECT='$PROJECT': use lower-case letters, digits, - and _"
 [[ $CPUS =~ ^[1-9][0-9]{0,2}$ ]] || fail "SLURM_CPUS_PER_NODE must be a whole number of CPUs, not '$CPUS'"

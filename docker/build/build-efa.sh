@@ -11,6 +11,11 @@ set -euo pipefail
 name=${1:?usage: build-efa.sh libfabric|aws-ofi-nccl OUT_DIR}
 out=${2:?usage: build-efa.sh libfabric|aws-ofi-nccl OUT_DIR}
 mode=${EFA:-auto}
+case "$name" in
+    libfabric) version=$LIBFABRIC_VERSION url=$LIBFABRIC_URL sha=$LIBFABRIC_SHA256 ;;
+    aws-ofi-nccl) version=$AWS_OFI_NCCL_VERSION url=$AWS_OFI_NCCL_URL sha=$AWS_OFI_NCCL_SHA256 ;;
+    *) echo "build-efa: error: unknown component '$name' (libfabric or aws-ofi-nccl)" >&2; exit 1 ;;
+esac
 # shellcheck source=docker/build/source-lib.sh
 . "$(dirname "$0")/source-lib.sh"
 case "$mode" in auto|on|off) ;; *) say "error: EFA must be auto, on or off, not '$mode'"; exit 1 ;; esac
@@ -25,9 +30,7 @@ jobs=$(nproc)
 start=$SECONDS
 case "$name" in
     libfabric)
-        version=$LIBFABRIC_VERSION url=$LIBFABRIC_URL sha=$LIBFABRIC_SHA256
-        verified_source "$url" "$sha" /sources/libfabric.tar.gz \
-            "$work/src.tar.gz" LIBFABRIC_TARBALL
+        verified_source /sources/libfabric.tar.gz "$work/src.tar.gz" LIBFABRIC_TARBALL
         tar -xzf "$work/src.tar.gz" -C "$work/src" --strip-components=1
         cd "$work/src"
         # A tag archive has no configure script; a `make dist` tarball has one.
@@ -47,9 +50,7 @@ case "$name" in
     aws-ofi-nccl)
         fabric=/opt/amazon/efa
         if [ -f "$fabric/NOT-BUILT" ]; then skip "$(cat "$fabric/NOT-BUILT")"; fi
-        version=$AWS_OFI_NCCL_VERSION url=$AWS_OFI_NCCL_URL sha=$AWS_OFI_NCCL_SHA256
-        verified_source "$url" "$sha" /sources/aws-ofi-nccl.tar.gz \
-            "$work/src.tar.gz" AWS_OFI_NCCL_TARBALL
+        verified_source /sources/aws-ofi-nccl.tar.gz "$work/src.tar.gz" AWS_OFI_NCCL_TARBALL
         tar -xzf "$work/src.tar.gz" -C "$work/src" --strip-components=1
         cd "$work/src"
         if [ ! -x configure ]; then
@@ -72,8 +73,7 @@ case "$name" in
         [ -f "$out/lib/libnccl-net-ofi.so" ] || { say "error: no libnccl-net-ofi.so installed"; exit 1; }
         [ ! -e "$out/lib/libnccl-net.so" ] || { say "error: a plain libnccl-net.so was installed"; exit 1; }
         ;;
-    *) say "error: unknown component '$name' (libfabric or aws-ofi-nccl)"; exit 1 ;;
 esac
-echo "$name $version sha256:$sha $url" >"$out/SOURCE"
+record
 rm -rf "$work"
 say "built $name $version in $((SECONDS - start)) s"

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the Horovod wheel from the PyPI sdist: verified by sha256, patched for current torch
 # (docker/patches/), compiled against the torch in the active venv.
-# Input: HOROVOD_VERSION, HOROVOD_SHA256, HOROVOD_GPU_OPERATIONS (NCCL or empty), CUDA_ARCHS,
-# CUDA_TOOLKIT_WHEELS. Output: the wheel in $1.
+# Input: HOROVOD_VERSION, HOROVOD_SHA256, HOROVOD_GPU_OPERATIONS (auto: NCCL where the builder
+# has CUDA's nvcc, the gpu flavor, none elsewhere; NCCL; or empty), CUDA_ARCHS, CUDA_TOOLKIT_WHEELS.
+# Output: the wheel in $1, and the source's record (source_record.py).
 set -euo pipefail
 out=${1:?usage: build-horovod.sh OUT_DIR}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -16,11 +17,16 @@ echo "${HOROVOD_SHA256}  ${sdist}" | sha256sum -c - \
     || fail "sha256 of ${sdist} is not HOROVOD_SHA256: a changed upload or a new version; check and update the pin"
 tar -xzf "$sdist" -C "$work"
 src="$work/horovod-${HOROVOD_VERSION}"
+applied=()
 for p in "$here"/patches/horovod-"${HOROVOD_VERSION}"-*.patch; do
     [ -e "$p" ] || continue
     echo "build-horovod: applying $(basename "$p")"
     patch -d "$src" -p1 --forward < "$p"
+    applied+=(--patch "$p")
 done
+python3 "$here/source_record.py" horovod --kind pypi-sdist --version "$HOROVOD_VERSION" \
+    --url "https://pypi.org/project/horovod/${HOROVOD_VERSION}/#files" --sha256 "$HOROVOD_SHA256" \
+    "${applied[@]}"
 
 export HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 \
        HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1
@@ -32,6 +38,10 @@ export MAKEFLAGS
 torch_cuda=$(python -c 'import torch; print(torch.version.cuda or "")')
 site=$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 
+if [ "${HOROVOD_GPU_OPERATIONS:-}" = auto ]; then
+    HOROVOD_GPU_OPERATIONS=
+    [ -x "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" ] && HOROVOD_GPU_OPERATIONS=NCCL
+fi
 if [ -n "${HOROVOD_GPU_OPERATIONS:-}" ]; then
     [ -n "$torch_cuda" ] || fail "HOROVOD_GPU_OPERATIONS=${HOROVOD_GPU_OPERATIONS} needs a CUDA build of torch, but torch ${TORCH_VERSION:-} is CPU-only; build FLAVOR=cpu or use torch from PyPI"
     cuda_home=${CUDA_HOME:-/usr/local/cuda}

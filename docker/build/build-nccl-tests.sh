@@ -10,6 +10,7 @@ set -euo pipefail
 out=${1:?usage: build-nccl-tests.sh OUT_DIR}
 name=nccl-tests
 mode=${NCCL_TESTS:-auto}
+version=$NCCL_TESTS_VERSION url=$NCCL_TESTS_URL sha=$NCCL_TESTS_SHA256
 # shellcheck source=docker/build/source-lib.sh
 . "$(dirname "$0")/source-lib.sh"
 mkdir -p "$out/bin"
@@ -18,8 +19,7 @@ mkdir -p "$out/bin"
 
 work=$(mktemp -d)
 mkdir "$work/src"
-verified_source "$NCCL_TESTS_URL" "$NCCL_TESTS_SHA256" /sources/nccl-tests.tar.gz "$work/src.tar.gz" \
-    NCCL_TESTS_TARBALL
+verified_source /sources/nccl-tests.tar.gz "$work/src.tar.gz" NCCL_TESTS_TARBALL
 tar -xzf "$work/src.tar.gz" -C "$work/src" --strip-components=1
 gencode=""
 IFS=, read -ra archs <<<"$CUDA_ARCHS"
@@ -29,5 +29,5 @@ start=$SECONDS
 make -C "$work/src" -j"$(nproc)" MPI=1 MPI_HOME=/usr/lib/x86_64-linux-gnu/openmpi \
     CUDA_HOME=/usr/local/cuda NCCL_HOME="$nccl_home" NVCC_GENCODE="$gencode"
 cp "$work/src"/build/*_perf "$out/bin/"
-echo "nccl-tests ${NCCL_TESTS_VERSION} sha256:${NCCL_TESTS_SHA256} ${NCCL_TESTS_URL}" >"$out/SOURCE"
+record
 say "built $(find "$out/bin" -name '*_perf' | wc -l) binaries in $((SECONDS - start)) s"

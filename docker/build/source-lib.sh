@@ -1,24 +1,32 @@
 # Sourced by the build-*.sh scripts that compile a release tarball pinned by sha256.
-# The caller sets: name (for messages and NOT-BUILT), mode (auto|on|off), out (its output dir).
-#   skip REASON            on: fail; auto/off: write $out/NOT-BUILT with the reason, exit 0
-#   verified_source URL SHA256 LOCAL DEST MAKE_VAR
+# The caller sets: name (for messages, NOT-BUILT and the record), mode (auto|on|off), out (its
+# output dir), version, url and sha (the pin).
+#   skip REASON            on: fail; auto/off: write $out/NOT-BUILT and the source's record with
+#                          the reason, exit 0
+#   verified_source LOCAL DEST MAKE_VAR
 #                          DEST = the verified tarball: LOCAL (a copy in the build context's
 #                          .sources/, for offline builds: `MAKE_VAR=file make build` puts it
-#                          there) if it exists, else URL; a checksum mismatch fails the build in
+#                          there) if it exists, else $url; a checksum mismatch fails the build in
 #                          every mode, an unreachable URL skips.
+#   record [--not-built R] the source's record (source_record.py): what this build compiled
 # shellcheck shell=bash
-: "${name:?}" "${mode:?}" "${out:?}"
+: "${name:?}" "${mode:?}" "${out:?}" "${version:?}" "${url:?}" "${sha:?}"
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 say() { echo "build-$name: $*" >&2; }
+record() {
+    python3 "$here/source_record.py" "$name" --kind tarball --version "$version" --url "$url" \
+        --sha256 "$sha" "$@"
+}
 skip() {
     if [ "$mode" = on ]; then say "error: $*"; exit 1; fi
     say "skipped: $*"
     mkdir -p "$out"
     echo "$name not built: $*" >"$out/NOT-BUILT"
+    record --not-built "$name not built: $*"
     exit 0
 }
 verified_source() {
-    local url=$1 sha=$2 tarball=$3 dest=$4 make_var=$5 rc=0
+    local tarball=$1 dest=$2 make_var=$3 rc=0
     local local_copy=()
     if [ -f "$tarball" ]; then
         say "source: $tarball (from the build context)"

@@ -4,12 +4,13 @@ runtime holds, read from its file system mounted at --rootfs:
 - every dpkg package dpkg's status file lists as installed (name, version, architecture, source);
 - every Python distribution in the venv (name, version; as hash, the sha256 of its installed
   RECORD, which itself lists the sha256 of every file the distribution installed);
-- every source built from a tarball or sdist (URL, sha256 from the Dockerfile's ARGs), with the
-  patches applied to it (each by name and sha256), or a note where the flavor did not build it;
-- the base images (the build's BUILDER_IMAGE and RUNTIME_IMAGE).
+- every source built from a tarball, sdist or patched wheel, as the build script that verified it
+  recorded it in /opt/byoc/sources (source_record.py: URL, sha256, the patches applied, each by
+  name and sha256, or why the flavor did not build it);
+- the base images (BYOC_BASE_IMAGES, which the flavor's builder base sets).
 
-Inputs beyond --rootfs come from the environment (the Dockerfile's ARGs). Runs in the sbom stage,
-which holds the library; the runtime gets the document only (docs/building.md, "SBOM").
+Runs in the sbom stage, which holds the library; the runtime gets the document only
+(docs/building.md, "SBOM"). No list of sources or pins here: a new source records itself.
 """
 
 from __future__ import annotations
@@ -41,8 +42,9 @@ from cyclonedx.model.component import (
     Pedigree,
 )
 from cyclonedx.output.json import JsonV1Dot6
-from fetch_verified import sha256  # beside this file, in the image too
+from fetch_verified import sha256  # these two beside this file, in the image too
 from packageurl import PackageURL
+from source_record import IMAGE_DIR
 
 PROPERTY = "io.github.pytorch-horovod"
 
@@ -121,42 +123,66 @@ def python_components(venv: Path) -> list[Component]:
     return [components[k] for k in sorted(components)]
 
 
-def patches(patch_dir: Path, prefix: str | None) -> tuple[list[Patch], list[Property]]:
-    """The patches applied to a source (docker/patches/<prefix>-*.patch): as CycloneDX pedigree
-    patches, and as properties with each file's sha256."""
-    files = sorted(patch_dir.glob(f"{prefix}-*.patch")) if prefix else []
-    pedigree = [
-        Patch(type=PatchClassification.UNOFFICIAL, diff=Diff(url=XsUri(f"docker/patches/{p.name}")))
-        for p in files
-    ]
-    props = [
-        Property(name=f"{PROPERTY}:patch", value=f"{p.name} sha256:{sha256(p)}") for p in files
-    ]
-    return pedigree, props
+RECORDS = IMAGE_DIR.lstrip("/")  # source_record.py's records, which the runtime carries
+RECORD_FIELDS = {"name", "version", "url", "sha256", "kind", "patches", "not_built"}
 
 
-def source_component(
-    name: str, version: str, url: str, digest: str, *, built: str | None, patch_dir: Path,
-    patch_prefix: str | None = None, purl: PackageURL | None = None,
-) -> Component:  # fmt: skip
-    """A source the build compiled (or, where built says why, did not)."""
+def read_records(rootfs: Path) -> list[dict]:
+    """Every source the build scripts recorded (docker/build/source_record.py)."""
+    found = []
+    for path in sorted((rootfs / RECORDS).glob("*.json")):
+        try:
+            record = json.loads(path.read_text())
+        except ValueError as e:
+            raise SystemExit(f"sbom: {path}: not JSON ({e})") from None
+        if not isinstance(record, dict) or set(record) != RECORD_FIELDS:
+            raise SystemExit(
+                f"sbom: {path}: not a source record ({', '.join(sorted(RECORD_FIELDS))})"
+            )
+        found.append(record)
+    if not found:
+        raise SystemExit(f"sbom: no source records under {rootfs / RECORDS}")
+    return found
+
+
+def source_component(record: dict) -> Component:
+    """A source the build compiled (or, where not_built says why, did not), with its patches."""
+    name, version, url = record["name"], record["version"], record["url"]
     properties = [Property(name=f"{PROPERTY}:origin", value="source")]
-    if built:
-        properties.append(Property(name=f"{PROPERTY}:not-built", value=built))
-    applied, patch_props = patches(patch_dir, patch_prefix)
-    properties += patch_props
+    if record["not_built"]:
+        properties.append(Property(name=f"{PROPERTY}:not-built", value=record["not_built"]))
+    properties += [
+        Property(name=f"{PROPERTY}:patch", value=f"{p['file']} sha256:{p['sha256']}")
+        for p in record["patches"]
+    ]
+    applied = [
+        Patch(
+            type=PatchClassification.UNOFFICIAL, diff=Diff(url=XsUri(f"docker/patches/{p['file']}"))
+        )
+        for p in record["patches"]
+    ]
+    if record["kind"].startswith("pypi-"):
+        purl = PackageURL(
+            type="pypi",
+            name=name,
+            version=version,
+            qualifiers={"type": record["kind"].removeprefix("pypi-")},
+        )
+    else:
+        purl = PackageURL(
+            type="generic", name=name, version=version, qualifiers={"download_url": url}
+        )
     return Component(
         type=ComponentType.LIBRARY,
         name=name,
         version=version,
-        purl=purl or PackageURL(type="generic", name=name, version=version,
-                                qualifiers={"download_url": url}),
+        purl=purl,
         bom_ref=f"source:{name}@{version}",
         external_references=[
             ExternalReference(
                 type=ExternalReferenceType.DISTRIBUTION,
                 url=XsUri(url),
-                hashes=[HashType(alg=HashAlgorithm.SHA_256, content=digest)],
+                hashes=[HashType(alg=HashAlgorithm.SHA_256, content=record["sha256"])],
             )
         ],
         pedigree=Pedigree(patches=applied) if applied else None,
@@ -164,66 +190,31 @@ def source_component(
     )  # fmt: skip
 
 
-def not_built(rootfs: Path, directory: str) -> str | None:
-    marker = rootfs / directory.lstrip("/") / "NOT-BUILT"
-    if not marker.exists():
-        return None
-    return marker.read_text().strip() or "not built"
-
-
-def arg(env: dict[str, str], name: str) -> str:
-    """A build argument the Dockerfile declares in this stage; its absence stops the build."""
-    value = env.get(name, "")
-    if not value:
-        raise SystemExit(f"sbom: build argument {name} is not set in this stage")
-    return value
-
-
-def sources(env: dict[str, str], rootfs: Path, patch_dir: Path) -> list[Component]:
-    found = []
-    for name, prefix in (("horovod", "HOROVOD"), ("smdebug", "SMDEBUG")):  # PyPI sdists
-        version = arg(env, f"{prefix}_VERSION")
-        found.append(
-            source_component(
-                name, version, f"https://pypi.org/project/{name}/{version}/#files",
-                arg(env, f"{prefix}_SHA256"), built=None, patch_dir=patch_dir,
-                patch_prefix=f"{name}-{version}",
-                purl=PackageURL(type="pypi", name=name, version=version,
-                                qualifiers={"type": "sdist"}),
-            )
-        )  # fmt: skip
-    for name, prefix, directory in (
-        ("nccl-tests", "NCCL_TESTS", "/opt/nccl-tests"),
-        ("libfabric", "LIBFABRIC", "/opt/amazon/efa"),
-        ("aws-ofi-nccl", "AWS_OFI_NCCL", "/opt/amazon/ofi-nccl"),
-    ):
-        found.append(
-            source_component(
-                name, arg(env, f"{prefix}_VERSION"), arg(env, f"{prefix}_URL"),
-                arg(env, f"{prefix}_SHA256"), built=not_built(rootfs, directory),
-                patch_dir=patch_dir,
-            )
-        )  # fmt: skip
-    return found
-
-
 def base_images(env: dict[str, str]) -> list[Component]:
-    images = []
-    for role in ("BUILDER_IMAGE", "RUNTIME_IMAGE"):
-        ref = arg(env, role)
-        images.append(
-            Component(
-                type=ComponentType.CONTAINER,
-                name=ref,
-                bom_ref=f"image:{role.lower()}",
-                properties=[Property(name=f"{PROPERTY}:base-image", value=role)],
-            )
+    """BYOC_BASE_IMAGES, which the flavor's builder base sets (the Dockerfile's flavor block):
+    "builder=IMAGE runtime=IMAGE"."""
+    text = env.get("BYOC_BASE_IMAGES", "")
+    roles = dict(item.partition("=")[::2] for item in text.split())
+    if set(roles) != {"builder", "runtime"} or not all(roles.values()):
+        raise SystemExit(f"sbom: BYOC_BASE_IMAGES={text!r} is not 'builder=IMAGE runtime=IMAGE'")
+    return [
+        Component(
+            type=ComponentType.CONTAINER,
+            name=ref,
+            bom_ref=f"image:{role}",
+            properties=[Property(name=f"{PROPERTY}:base-image", value=role)],
         )
-    return images
+        for role, ref in sorted(roles.items())
+    ]
 
 
-def build(rootfs: Path, venv: Path, patch_dir: Path, env: dict[str, str]) -> Bom:
+def build(rootfs: Path, venv: Path, env: dict[str, str]) -> Bom:
     release = os_release(rootfs)
+    python = python_components(venv)
+    records = read_records(rootfs)
+    versions = {c.name.lower(): c.version for c in python} | {
+        r["name"]: r["version"] for r in records
+    }
     distro = release.get("ID", "debian")
     bom = Bom()
     bom.metadata.component = Component(
@@ -234,15 +225,15 @@ def build(rootfs: Path, venv: Path, patch_dir: Path, env: dict[str, str]) -> Bom
         # not (the image's labels carry them).
         properties=[
             Property(name=f"{PROPERTY}:flavor", value=env.get("FLAVOR", "")),
-            Property(name=f"{PROPERTY}:torch", value=env.get("TORCH_VERSION", "")),
-            Property(name=f"{PROPERTY}:horovod", value=env.get("HOROVOD_VERSION", "")),
+            Property(name=f"{PROPERTY}:torch", value=versions.get("torch", "")),
+            Property(name=f"{PROPERTY}:horovod", value=versions.get("horovod", "")),
             Property(name=f"{PROPERTY}:os", value=release.get("PRETTY_NAME", distro)),
         ],
     )
     components = [
         *[deb_component(f, distro) for f in dpkg_packages(rootfs)],
-        *python_components(venv),
-        *sources(env, rootfs, patch_dir),
+        *python,
+        *[source_component(r) for r in records],
         *base_images(env),
     ]
     for component in components:
@@ -256,10 +247,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rootfs", type=Path, required=True, help="the runtime's file system")
     p.add_argument("--venv", default="/opt/venv", help="the venv's path inside --rootfs")
-    p.add_argument("--patches", type=Path, required=True, help="docker/patches as copied")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
-    bom = build(args.rootfs, args.rootfs / args.venv.lstrip("/"), args.patches, dict(os.environ))
+    bom = build(args.rootfs, args.rootfs / args.venv.lstrip("/"), dict(os.environ))
     text = JsonV1Dot6(bom).output_as_string(indent=1)
     json.loads(text)  # well-formed, or fail the build here
     args.out.write_text(text + "\n")

@@ -31,7 +31,8 @@ OK, INFO, WARN, FAIL = "ok", "info", "warn", "FAIL"
 MIN_DRIVER = {12: "525.60.13", 13: "580.65.06"}
 NOFILE_LOW = 4096  # DataLoader workers share tensors through file descriptors
 TORCH_NCCL = "opt/venv/nccl/lib/libnccl.so.2"  # docker/build/nccl-home.sh
-PLUGIN_SOURCE = "opt/amazon/ofi-nccl/SOURCE"
+# The plugin's source record (docker/build/source_record.py): its version.
+PLUGIN_SOURCE = "opt/byoc/sources/aws-ofi-nccl.json"
 SSH_PROBE_TIMEOUT = 3.0
 SHM_FIX = (
     "docker run --shm-size=8g (compose: shm_size; Kubernetes: an emptyDir with medium: Memory "
@@ -185,6 +186,13 @@ def check_driver(probe: Probe) -> list[Finding]:
     return [Finding("driver", FAIL, detail, fix)]
 
 
+def plugin_version(record: Path) -> str:
+    try:
+        return str(json.loads(record.read_text())["version"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return "unknown version"
+
+
 def check_nccl(probe: Probe, facts: fabric.Facts, decision: fabric.Decision) -> list[Finding]:
     torch_nccl = probe.root / TORCH_NCCL
     if not torch_nccl.exists():
@@ -210,8 +218,7 @@ def check_nccl(probe: Probe, facts: fabric.Facts, decision: fabric.Decision) -> 
         findings.append(Finding("nccl", OK, detail))
     plugin = probe.root / fabric.PLUGIN
     if plugin.is_file():
-        source = probe.root / PLUGIN_SOURCE
-        version = source.read_text().split()[1] if source.is_file() else "unknown version"
+        version = plugin_version(probe.root / PLUGIN_SOURCE)
         error = probe.load(plugin)
         if error:
             status = FAIL if decision.transport == "efa" else WARN

@@ -37,11 +37,12 @@ def efa_built(client, gpu_image):
 
 
 def test_built_from_the_pinned_sources(gpu, efa_built):
-    status, out = gpu.run(["cat", "/opt/amazon/efa/SOURCE", "/opt/amazon/ofi-nccl/SOURCE"])
-    assert status == 0, out
     for pkg, var in (("libfabric", "LIBFABRIC"), ("aws-ofi-nccl", "AWS_OFI_NCCL")):
+        status, out = gpu.run(["cat", f"/opt/byoc/sources/{pkg}.json"])
+        assert status == 0, out
+        record = json.loads(out[out.index("{") :])
         version, sha = dockerfile.arg(f"{var}_VERSION"), dockerfile.arg(f"{var}_SHA256")
-        assert f"{pkg} {version} sha256:{sha} " in out, out
+        assert (record["version"], record["sha256"], record["not_built"]) == (version, sha, None)
 
 
 def test_fi_info_lists_the_efa_provider(gpu, efa_built):

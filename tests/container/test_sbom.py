@@ -72,10 +72,13 @@ def test_sources_carry_the_dockerfiles_sha256_and_our_patches(bom):
     for name, prefix in (
         ("horovod", "HOROVOD"),
         ("smdebug", "SMDEBUG"),
+        ("nccl-tests", "NCCL_TESTS"),
         ("libfabric", "LIBFABRIC"),
+        ("aws-ofi-nccl", "AWS_OFI_NCCL"),
     ):
         (ref,) = sources[name]["externalReferences"]
         assert ref["hashes"][0]["content"] == dockerfile.arg(f"{prefix}_SHA256")
+        assert sources[name]["version"] == dockerfile.arg(f"{prefix}_VERSION")
     patches = {
         p.name: hashlib.sha256(p.read_bytes()).hexdigest()
         for p in (ROOT / "docker" / "patches").glob("*.patch")
@@ -92,8 +95,9 @@ def test_sources_carry_the_dockerfiles_sha256_and_our_patches(bom):
     # The cpu flavor builds no nccl-tests: the SBOM says so rather than leaving it out.
     not_built = [p for p in sources["nccl-tests"].get("properties", []) if "not-built" in p["name"]]
     assert not_built, sources["nccl-tests"]
+    # The cpu flavor: one OS image for both stages (the Dockerfile's flavor block).
     images = [c["name"] for c in bom["components"] if c["type"] == "container"]
-    assert len(images) == 2
+    assert len(images) == 2 and images[0] == images[1], images
 
 
 def test_make_sbom_copies_and_validates_it(image, tmp_path):

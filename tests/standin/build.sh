@@ -4,12 +4,12 @@
 # flavor on them with the unchanged Dockerfile. CUDA_VERSION follows the Dockerfile's pin.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+SAY_AS=standin
 # shellcheck source=scripts/lib.sh
 . scripts/lib.sh
 docker_init build
 LOCAL_BASE=${LOCAL_BASE:-pytorch-horovod-base:bookworm}
 STANDIN=${STANDIN:-pytorch-horovod-standin}
-say() { echo "standin: $*" >&2; }
 cuda=$(pin CUDA_VERSION)
 dk image inspect "$LOCAL_BASE" >/dev/null 2>&1 || scripts/local-base.sh "$LOCAL_BASE"
 args=(--build-arg "BASE_IMAGE=$LOCAL_BASE" --build-arg "CUDA_VERSION=$cuda"

@@ -80,12 +80,18 @@ class Host:
             (dev / f"uverbs{n}").write_bytes(b"")
         return self
 
-    def plugin(self, source: str | None = None) -> Host:
+    def plugin(self, version: str | None = None) -> Host:
+        """The plugin's library, and with a version its source record as the build writes it."""
         lib = self.root / fabric.PLUGIN
         lib.parent.mkdir(parents=True, exist_ok=True)
         lib.write_bytes(b"")
-        if source is not None:
-            (self.root / "opt/amazon/ofi-nccl/SOURCE").write_text(source)
+        if version is not None:
+            record = self.root / "opt/byoc/sources/aws-ofi-nccl.json"
+            record.parent.mkdir(parents=True, exist_ok=True)
+            url = "https://github.com/aws/aws-ofi-nccl/x.tar.gz"
+            record.write_text(json.dumps({"name": "aws-ofi-nccl", "version": version, "url": url,
+                                          "sha256": "ab" * 32, "kind": "tarball", "patches": [],
+                                          "not_built": None}))  # fmt: skip
         return self
 
     def not_built(self, reason: str) -> Host:

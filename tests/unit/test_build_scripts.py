@@ -1,14 +1,19 @@
 """The source-build scripts' modes and refusals, run here (no Docker, no compiler work).
 
-docker/build/build-efa.sh: EFA=off/auto leave a NOT-BUILT note with the reason and succeed, EFA=on
-fails, anything else is refused. scripts/git-archive.sh: only the Dockerfile's pinned archive
-comes out (a tag whose archive hashes differently, or a missing tag, leaves no file).
+docker/build/build-efa.sh: EFA=off/auto leave a NOT-BUILT note and the source's record with the
+reason and succeed, EFA=on fails, anything else is refused. docker/build/source_record.py: the
+record a build script leaves for the SBOM, and its refusals. scripts/git-archive.sh: only the
+Dockerfile's pinned archive comes out (a tag whose archive hashes differently, or a missing tag,
+leaves no file).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,21 +25,88 @@ BUILD_EFA = ROOT / "docker/build/build-efa.sh"
 GIT_ARCHIVE = ROOT / "scripts/git-archive.sh"
 
 
+SOURCE_RECORD = ROOT / "docker/build/source_record.py"
+# What the Dockerfile's stages give build-efa.sh: the pins, as build arguments.
+PINS = {
+    f"{var}_{field}": dockerfile.arg(f"{var}_{field}")
+    for var in ("LIBFABRIC", "AWS_OFI_NCCL")
+    for field in ("VERSION", "URL", "SHA256")
+}
+
+
+@pytest.fixture
+def records(tmp_path, monkeypatch):
+    """Where source_record.py writes (in the image: /opt/byoc/sources)."""
+    where = tmp_path / "records"
+    monkeypatch.setenv("SOURCE_RECORDS_DIR", str(where))
+    return where
+
+
 def run(cmd: list[str], **env: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        cmd, capture_output=True, text=True, timeout=60, env={**os.environ, **env}, check=False
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **PINS, **env},
+        check=False,
     )
 
 
-@pytest.mark.parametrize("component", ["libfabric", "aws-ofi-nccl"])
-def test_efa_off_leaves_a_note_and_succeeds(tmp_path, component):
+@pytest.mark.parametrize(
+    ("component", "var"), [("libfabric", "LIBFABRIC"), ("aws-ofi-nccl", "AWS_OFI_NCCL")]
+)
+def test_efa_off_leaves_a_note_and_a_record_and_succeeds(tmp_path, records, component, var):
     out = tmp_path / "out"
     result = run(["bash", str(BUILD_EFA), component, str(out)], EFA="off")
     assert result.returncode == 0, result.stderr
     assert (out / "NOT-BUILT").read_text() == f"{component} not built: EFA=off\n"
+    record = json.loads((records / f"{component}.json").read_text())
+    assert record == {
+        "name": component,
+        "version": PINS[f"{var}_VERSION"],
+        "url": PINS[f"{var}_URL"],
+        "sha256": PINS[f"{var}_SHA256"],
+        "kind": "tarball",
+        "patches": [],
+        "not_built": f"{component} not built: EFA=off",
+    }
 
 
-def test_efa_auto_without_cuda_says_why_and_on_fails(tmp_path):
+def test_a_record_names_its_patches_by_sha256(tmp_path, records):
+    patch = tmp_path / "horovod-0.28.1-fix.patch"
+    patch.write_text("--- a\n+++ b\n")
+    cmd = [sys.executable, str(SOURCE_RECORD), "horovod", "--kind", "pypi-sdist", "--version",
+           "0.28.1", "--url", "https://pypi.org/project/horovod/0.28.1/#files", "--sha256",
+           "a" * 64, "--patch", str(patch)]  # fmt: skip
+    assert run(cmd).returncode == 0
+    record = json.loads((records / "horovod.json").read_text())
+    digest = hashlib.sha256(patch.read_bytes()).hexdigest()
+    assert record["patches"] == [{"file": patch.name, "sha256": digest}]
+    assert record["not_built"] is None
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"name": "../etc"}, "name '../etc'"),
+        ({"--sha256": "abc"}, "--sha256 for horovod is not 64 hex digits"),
+        ({"--version": ""}, "--version for horovod is empty"),
+        ({"--patch": "/nonexistent.patch"}, "--patch /nonexistent.patch is not a file"),
+    ],
+)
+def test_a_record_refuses_bad_input_and_writes_nothing(records, change, message):
+    args = {"name": "horovod", "--kind": "pypi-sdist", "--version": "1", "--url": "u",
+            "--sha256": "a" * 64, **change}  # fmt: skip
+    cmd = [sys.executable, str(SOURCE_RECORD), args.pop("name")]
+    for flag, value in args.items():
+        cmd += [flag, value]
+    result = run(cmd)
+    assert result.returncode == 1 and message in result.stderr, result.stderr
+    assert not records.exists()
+
+
+def test_efa_auto_without_cuda_says_why_and_on_fails(tmp_path, records):
     out = tmp_path / "out"
     no_cuda = str(tmp_path / "no-cuda")
     result = run(["bash", str(BUILD_EFA), "libfabric", str(out)], EFA="auto", CUDA_HOME=no_cuda)
@@ -49,7 +121,7 @@ def test_efa_auto_without_cuda_says_why_and_on_fails(tmp_path):
 
 
 @pytest.mark.parametrize("mode", ["yes", "", "ON;rm"])
-def test_efa_mode_is_validated(tmp_path, mode):
+def test_efa_mode_is_validated(tmp_path, records, mode):
     result = run(["bash", str(BUILD_EFA), "libfabric", str(tmp_path / "o")], EFA=mode or "bogus")
     assert result.returncode == 1
     assert "EFA must be auto, on or off" in result.stderr

@@ -13,8 +13,7 @@ from byoc import doctor
 
 from tests.unit.fakes import OPEN, PROPRIETARY, Host
 
-OFI_SOURCE = "aws-ofi-nccl 1.21.1 sha256:{} https://github.com/aws/aws-ofi-nccl/x.tar.gz\n"
-OFI_SOURCE = OFI_SOURCE.format("ab" * 32)
+OFI_SOURCE = "1.21.1"  # the plugin's version in its source record
 UNLIMITED = resource.RLIM_INFINITY
 
 

@@ -5,6 +5,8 @@ against dpkg-query and pip list in tests/container/test_sbom.py.)"""
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 
@@ -31,24 +33,18 @@ Architecture: amd64
 Version: 5.2.15-2+b7
 """
 
-ENV = {
-    "HOROVOD_VERSION": "0.28.1",
-    "HOROVOD_SHA256": "a" * 64,
-    "SMDEBUG_VERSION": "1.0.34",
-    "SMDEBUG_SHA256": "b" * 64,
-    "NCCL_TESTS_VERSION": "2.19.6",
-    "NCCL_TESTS_URL": "https://example.invalid/nccl-tests.tar.gz",
-    "NCCL_TESTS_SHA256": "c" * 64,
-    "LIBFABRIC_VERSION": "2.6.0",
-    "LIBFABRIC_URL": "https://example.invalid/libfabric.tar.gz",
-    "LIBFABRIC_SHA256": "d" * 64,
-    "AWS_OFI_NCCL_VERSION": "1.21.1",
-    "AWS_OFI_NCCL_URL": "https://example.invalid/aws-ofi-nccl.tar.gz",
-    "AWS_OFI_NCCL_SHA256": "e" * 64,
-    "BUILDER_IMAGE": "builder:1",
-    "RUNTIME_IMAGE": "runtime:1",
-    "FLAVOR": "cpu",
-}
+ENV = {"BYOC_BASE_IMAGES": "builder=builder:1 runtime=runtime:1", "FLAVOR": "cpu"}
+
+
+def record(rootfs: Path, name: str, kind: str = "tarball", **fields) -> dict:
+    """A source's record as docker/build/source_record.py writes it in the image."""
+    url = f"https://example.invalid/{name}.tar.gz"
+    doc = {"name": name, "version": "1.0", "url": url, "sha256": "d" * 64, "kind": kind,
+           "patches": [], "not_built": None, **fields}  # fmt: skip
+    where = rootfs / "opt/byoc/sources"
+    where.mkdir(parents=True, exist_ok=True)
+    (where / f"{name}.json").write_text(json.dumps(doc))
+    return doc
 
 
 @pytest.fixture
@@ -59,22 +55,21 @@ def rootfs(tmp_path):
     (root / "etc").mkdir()
     (root / "etc/os-release").write_text('ID=debian\nPRETTY_NAME="Debian GNU/Linux 12"\n')
     site = root / "opt/venv/lib/python3.11/site-packages"
-    for name, version in (("Foo_Bar", "1.0"), ("horovod", "0.28.1")):
+    for name, version in (("Foo_Bar", "1.0"), ("torch", "2.15.0")):
         info = site / f"{name}-{version}.dist-info"
         info.mkdir(parents=True)
         (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
         (info / "RECORD").write_text(f"{name}/__init__.py,sha256=x,0\n")
-    (root / "opt/nccl-tests").mkdir(parents=True)
-    (root / "opt/nccl-tests/NOT-BUILT").write_text("nccl-tests not built: cpu flavor\n")
-    patches = tmp_path / "patches"
-    patches.mkdir()
-    (patches / "horovod-0.28.1-fix.patch").write_text("--- a\n+++ b\n")
-    (patches / "other-1.0-x.patch").write_text("--- a\n+++ b\n")
-    return root, patches
+    patch = {"file": "horovod-0.28.1-fix.patch", "sha256": "f" * 64}
+    record(root, "horovod", "pypi-sdist", version="0.28.1", patches=[patch])
+    record(root, "smdebug", "pypi-wheel")
+    record(root, "nccl-tests", not_built="nccl-tests not built: cpu flavor")
+    record(root, "libfabric")
+    return root
 
 
-def render(root, patches, env=ENV) -> dict:
-    bom = write_sbom.build(root, root / "opt/venv", patches, dict(env))
+def render(root, env=ENV) -> dict:
+    bom = write_sbom.build(root, root / "opt/venv", dict(env))
     return json.loads(write_sbom.JsonV1Dot6(bom).output_as_string())
 
 
@@ -83,7 +78,7 @@ def by_origin(doc: dict, kind: str) -> dict[str, dict]:
 
 
 def test_installed_dpkg_packages_only_with_purls(rootfs):
-    doc = render(*rootfs)
+    doc = render(rootfs)
     debs = by_origin(doc, "dpkg")
     assert set(debs) == {"libfoo1", "bash"}  # "gone" left config files only
     assert debs["libfoo1"]["purl"] == "pkg:deb/debian/libfoo1@1.2-3?arch=amd64"
@@ -93,33 +88,62 @@ def test_installed_dpkg_packages_only_with_purls(rootfs):
 
 
 def test_python_distributions_with_the_sha256_of_their_record(rootfs):
-    root, _ = rootfs
-    doc = render(*rootfs)
+    root = rootfs
+    doc = render(rootfs)
     py = by_origin(doc, "python")
-    assert set(py) == {"Foo_Bar", "horovod"}
+    assert set(py) == {"Foo_Bar", "torch"}
     assert py["Foo_Bar"]["purl"] == "pkg:pypi/foo-bar@1.0"
     record = root / "opt/venv/lib/python3.11/site-packages/Foo_Bar-1.0.dist-info/RECORD"
     assert py["Foo_Bar"]["hashes"][0]["content"] == write_sbom.sha256(record)
 
 
-def test_sources_with_their_patches_and_what_was_not_built(rootfs):
-    doc = render(*rootfs)
+def test_sources_as_recorded_with_their_patches_and_what_was_not_built(rootfs):
+    doc = render(rootfs)
     src = by_origin(doc, "source")
-    assert set(src) == {"horovod", "smdebug", "nccl-tests", "libfabric", "aws-ofi-nccl"}
+    assert set(src) == {"horovod", "smdebug", "nccl-tests", "libfabric"}  # what was recorded
     diffs = [p["diff"]["url"] for p in src["horovod"]["pedigree"]["patches"]]
-    assert diffs == ["docker/patches/horovod-0.28.1-fix.patch"]  # not other-1.0-x.patch
+    assert diffs == ["docker/patches/horovod-0.28.1-fix.patch"]
+    patch_props = [p["value"] for p in src["horovod"]["properties"] if p["name"].endswith(":patch")]
+    assert patch_props == [f"horovod-0.28.1-fix.patch sha256:{'f' * 64}"]
+    assert src["horovod"]["purl"] == "pkg:pypi/horovod@0.28.1?type=sdist"
+    assert src["smdebug"]["purl"] == "pkg:pypi/smdebug@1.0?type=wheel"
     assert "pedigree" not in src["smdebug"]
     reasons = [p["value"] for p in src["nccl-tests"]["properties"] if "not-built" in p["name"]]
     assert reasons == ["nccl-tests not built: cpu flavor"]
     assert not [p for p in src["libfabric"]["properties"] if "not-built" in p["name"]]
     ref = src["libfabric"]["externalReferences"][0]
-    assert ref["url"] == ENV["LIBFABRIC_URL"] and ref["hashes"][0]["content"] == "d" * 64
+    assert ref["url"] == "https://example.invalid/libfabric.tar.gz"
+    assert ref["hashes"][0]["content"] == "d" * 64
     images = [c["name"] for c in doc["components"] if c["type"] == "container"]
     assert sorted(images) == ["builder:1", "runtime:1"]
+    props = {
+        p["name"].rsplit(":", 1)[1]: p["value"] for p in doc["metadata"]["component"]["properties"]
+    }
+    assert (props["flavor"], props["torch"], props["horovod"]) == ("cpu", "2.15.0", "0.28.1")
 
 
-@pytest.mark.parametrize("missing", ["HOROVOD_SHA256", "LIBFABRIC_URL", "RUNTIME_IMAGE"])
-def test_a_missing_build_argument_is_named(rootfs, missing):
-    env = {k: v for k, v in ENV.items() if k != missing}
-    with pytest.raises(SystemExit, match=f"build argument {missing} is not set"):
-        render(*rootfs, env=env)
+@pytest.mark.parametrize(
+    ("base_images", "message"),
+    [("", "BYOC_BASE_IMAGES=''"), ("builder=a", "not 'builder=IMAGE runtime=IMAGE'"),
+     ("builder= runtime=b", "not 'builder=IMAGE runtime=IMAGE'")],
+)  # fmt: skip
+def test_the_base_images_must_be_named(rootfs, base_images, message):
+    with pytest.raises(SystemExit, match=re.escape(message)):
+        render(rootfs, env={**ENV, "BYOC_BASE_IMAGES": base_images})
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("{", "not JSON"), ("[]", "not a source record"), ('{"name": "x"}', "not a source record")],
+)
+def test_a_broken_record_stops_it_naming_the_file(rootfs, text, message):
+    (rootfs / "opt/byoc/sources/broken.json").write_text(text)
+    with pytest.raises(SystemExit, match=f"broken.json: {message}"):
+        render(rootfs)
+
+
+def test_no_records_at_all_stops_it(rootfs):
+    for f in (rootfs / "opt/byoc/sources").iterdir():
+        f.unlink()
+    with pytest.raises(SystemExit, match="no source records under"):
+        render(rootfs)

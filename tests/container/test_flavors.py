@@ -1,0 +1,51 @@
+"""The Dockerfile defines its flavors: a plain `docker build --build-arg FLAVOR=cpu .`, without
+make or scripts/build.sh, makes the cpu image, file for file the one under test (all its layers
+come from the build cache that `make build FLAVOR=cpu` left, so this takes seconds)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from hostkit.docker import Docker
+from tests.container.conftest import ROOT
+
+
+def base_images(client, image) -> dict[str, str]:
+    """The flavor's bases, as the image's SBOM names them (docker/build/write_sbom.py)."""
+    text = client.containers.run(
+        image.id, ["cat", "/opt/byoc/sbom.cdx.json"], entrypoint="", remove=True
+    )
+    bom = json.loads(text)
+    return {
+        p["value"]: c["name"]
+        for c in bom["components"]
+        if c["type"] == "container"
+        for p in c.get("properties", [])
+        if p["name"].endswith(":base-image")
+    }
+
+
+def test_a_plain_docker_build_with_flavor_cpu_is_the_cpu_image(client, image, tmp_path):
+    assert image.labels.get("io.github.pytorch-horovod.flavor") == "cpu", image.labels
+    bases = base_images(client, image)
+    assert bases["builder"] == bases["runtime"], bases  # one OS image for both cpu stages
+    # Only what this host needs: where no registry answers, the OS base the image was built on;
+    # behind a TLS-intercepting proxy, its CA (only used if a layer is not cached).
+    args = ["--build-arg", "FLAVOR=cpu", "--build-arg", f"CPU_BASE_IMAGE={bases['builder']}"]
+    ca = subprocess.run(
+        ["scripts/docker.sh", "ca"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    if ca:
+        args += ["--secret", f"id=ca,src={ca}"]
+    iid = tmp_path / "iid"
+    result = Docker().build(*args, "--iidfile", str(iid), str(ROOT), check=False, timeout=1800)
+    assert result.returncode == 0, result.stdout[-4000:]
+    built = client.images.get(iid.read_text().strip())
+    try:
+        assert built.attrs["RootFS"]["Layers"] == image.attrs["RootFS"]["Layers"]
+        assert built.labels["io.github.pytorch-horovod.flavor"] == "cpu"
+        assert "BYOC_FLAVOR=cpu" in built.attrs["Config"]["Env"]
+    finally:
+        if built.id != image.id:
+            client.images.remove(built.id, noprune=False)
