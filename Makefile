@@ -21,6 +21,16 @@ HOSTS ?= 2
 SLOTS ?= 2
 LAUNCHER ?= horovod
 LOCAL_TRAIN_ARGS ?= --hp epochs=3
+# make local-train, a heterogeneous job and a kept warm-pool cache (docs/sagemaker.md):
+# INSTANCE_GROUPS=data:1,train:2 stands for HOSTS (given on the command line too, it must agree),
+# DISTRIBUTION_GROUPS=train, WARM_POOL_CACHE=/abs/dir.
+INSTANCE_GROUPS ?=
+DISTRIBUTION_GROUPS ?=
+WARM_POOL_CACHE ?=
+LOCAL_TRAIN_INSTANCES = $(if $(INSTANCE_GROUPS),--instance-groups $(INSTANCE_GROUPS) \
+	$(if $(filter command line,$(origin HOSTS)),--hosts $(HOSTS)),--hosts $(HOSTS)) \
+	$(if $(DISTRIBUTION_GROUPS),--distribution-groups $(DISTRIBUTION_GROUPS)) \
+	$(if $(WARM_POOL_CACHE),--warm-pool-cache "$(WARM_POOL_CACHE)")
 NODES ?= 2
 export NODES
 ECR_REPOSITORY ?= pytorch-horovod
@@ -46,9 +56,9 @@ help: ## Show this help
 	@echo "Variables: FLAVOR=$(FLAVOR) IMAGE=$(IMAGE) TAG=$(TAG) DOCKER=$(DOCKER)"
 	@echo "Build inputs (see docs/building.md): BASE_IMAGE, BUILDER_IMAGE, RUNTIME_IMAGE, WHEELHOUSE, TORCH_INDEX_URL, CUDA_ARCHS, BUILD_ARGS"
 
-local-train: engine ## The main job: SageMaker's `train` on HOSTS containers (SLOTS each) of $(IMAGE):$(TAG); LAUNCHER=horovod|torchrun
+local-train: engine ## The main job: SageMaker's `train` on HOSTS containers (SLOTS each) of $(IMAGE):$(TAG); LAUNCHER=horovod|torchrun, INSTANCE_GROUPS, DISTRIBUTION_GROUPS, WARM_POOL_CACHE
 	@$(DOCKER) image inspect $(IMAGE):$(TAG) >/dev/null 2>&1 || $(MAKE) build
-	python3 -m hostkit.local_train --hosts $(HOSTS) --slots $(SLOTS) --launcher $(LAUNCHER) \
+	python3 -m hostkit.local_train $(LOCAL_TRAIN_INSTANCES) --slots $(SLOTS) --launcher $(LAUNCHER) \
 		--image $(IMAGE):$(TAG) $(LOCAL_TRAIN_ARGS)
 
 engine: ## Make sure a Docker engine answers (as root on Debian/Ubuntu: install and start one)
@@ -192,7 +202,7 @@ slurm-down: ## Remove the Slurm cluster and its keys
 push: $(DEV_STAMP) engine ## Push $(IMAGE):$(TAG) to ECR repository $(ECR_REPOSITORY) (made if missing), print the image_uri
 	$(PY) -m hostkit.aws.push --image $(IMAGE):$(TAG) --repository $(ECR_REPOSITORY) $(PUSH_ARGS)
 
-launch: $(DEV_STAMP) ## Create a SageMaker training job: make launch ARGS="--image-uri URI --role ARN --instance-type ml.g5.12xlarge ..."
+launch: $(DEV_STAMP) ## Create a SageMaker training job: make launch ARGS="--image-uri URI --role ARN --instance-type ml.g5.12xlarge ..." (--instance-groups, --keep-alive-seconds, --training-plan-arn, --remote-debug)
 	$(PY) -m hostkit.aws.launch $(ARGS)
 
 clean: ## Remove the dev venv and the build-context wheelhouse and sources

@@ -12,9 +12,10 @@ library only: local_train runs under any python3.
 
 from __future__ import annotations
 
+import argparse
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from hostkit import HostError
@@ -34,6 +35,13 @@ MAX_PROCESSES_PER_HOST = 256  # entrypoint/byoc/constants.py MAX_SLOTS_PER_HOST:
 CPU_SLOTS_ENV = "BYOC_CPU_SLOTS_PER_HOST"  # entrypoint/byoc/constants.py CPU_SLOTS_ENV
 INSTANCE_TYPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 NAME_RULE = "letters, digits and -, at most 63"
+# A heterogeneous cluster, spelled alike by both tools.
+INSTANCE_GROUPS = "--instance-groups"
+DISTRIBUTION_GROUPS = "--distribution-groups"
+DISTRIBUTION_GROUPS_HP = "sagemaker_distribution_instance_groups"
+# What SageMaker gives a warm-pool job: a directory kept from job to job, and its variable.
+WARM_POOL_CACHE_ENV = "SAGEMAKER_MANAGED_WARMPOOL_CACHE_DIRECTORY"
+WARM_POOL_CACHE_DIR = "/opt/ml/sagemaker/warmpoolcache"
 
 
 def distribution_hyperparameters(
@@ -42,29 +50,36 @@ def distribution_hyperparameters(
     processes_per_host: int | None = None,
     custom_mpi_options: str | None = None,
     instance_type: str | None = None,
+    instance_groups: list[str] | None = None,
 ) -> dict[str, object]:
     """What sagemaker.pytorch.PyTorch(image_uri=..., distribution=...) adds (SDK v2.257.7).
 
     mpi: distribution={"mpi": {"enabled": True[, "processes_per_host": N]
-    [, "custom_mpi_options": S]}}: Framework._distribution_configuration (estimator.py) sets
+    [, "custom_mpi_options": S][, "instance_groups": [group, ...]]}}:
+    Framework._distribution_configuration (estimator.py) sets
+    sagemaker_distribution_instance_groups (the groups' names) first when the job has groups,
     sagemaker_mpi_enabled, sagemaker_mpi_num_of_processes_per_host only when processes_per_host
     is given, and sagemaker_mpi_custom_mpi_options always ("" when not given).
     torch_distributed: distribution={"torch_distributed": {"enabled": True}}:
     PyTorch._pytorch_distribution_configuration (pytorch/estimator.py) sets
-    sagemaker_torch_distributed_enabled and sagemaker_instance_type.
-    none: distribution=None: nothing.
+    sagemaker_torch_distributed_enabled, and sagemaker_instance_type where the job has one
+    instance type (not with groups). With groups the SDK checks the distributed group but sends
+    nothing of it; we send sagemaker_distribution_instance_groups as for mpi, so that the
+    image keeps the other groups out of torchrun's world.
+    none: distribution=None: nothing (the SDK refuses distributed groups without one).
     """
+    groups = {DISTRIBUTION_GROUPS_HP: instance_groups} if instance_groups else {}
     if distribution == "mpi":
-        hps: dict[str, object] = {"sagemaker_mpi_enabled": True}
+        hps: dict[str, object] = {**groups, "sagemaker_mpi_enabled": True}
         if processes_per_host is not None:
             hps["sagemaker_mpi_num_of_processes_per_host"] = processes_per_host
         hps["sagemaker_mpi_custom_mpi_options"] = custom_mpi_options or ""
         return hps
     if distribution == "torch_distributed":
-        return {
-            "sagemaker_torch_distributed_enabled": True,
-            "sagemaker_instance_type": instance_type,
-        }
+        hps = {**groups, "sagemaker_torch_distributed_enabled": True}
+        if instance_type is not None:
+            hps["sagemaker_instance_type"] = instance_type
+        return hps
     if distribution == "none":
         return {}
     raise ValueError(f"distribution {distribution!r}: one of {', '.join(DISTRIBUTIONS)}")
@@ -89,6 +104,13 @@ def in_range(flag: str, value, low, high, unit: str = "", why: str = "") -> None
         )
 
 
+def check_instance_type(flag: str, value: str) -> None:
+    if not INSTANCE_TYPE.fullmatch(value):
+        raise HostError(
+            f"{flag} {value!r}: letters, digits, . _ -, at most 64 (e.g. ml.g5.12xlarge)"
+        )
+
+
 def check_name(name: str, what: str = "--job-name") -> None:
     """SageMaker's TrainingJobName rule; what: how the message names where it came from."""
     problem = limits.text_problem(name, "TrainingJobName", controls=True)
@@ -110,6 +132,60 @@ class Tool:
     cpu_slots: bool = False  # hosts without GPUs: processes per host without mpi -> CPU_SLOTS_ENV
     platform: dict[str, str] = field(default_factory=dict)  # hyperparameters it adds -> flag
     environment: dict[str, str] = field(default_factory=dict)  # variables it sets -> flag
+    warm_pool: str = ""  # the flag that asks for a warm pool (Job.warm_pool)
+
+
+@dataclass(frozen=True)
+class InstanceGroup:
+    """One group of a heterogeneous cluster (ResourceConfig.InstanceGroups). instance_type
+    None: the job's --instance-type (a checked Job has filled it in)."""
+
+    name: str
+    count: int
+    instance_type: str | None = None
+
+
+def parse_instance_groups(text: str) -> list[InstanceGroup]:
+    """--instance-groups NAME:COUNT[:TYPE],... (e.g. data:1,train:2:ml.g5.xlarge)."""
+    groups = []
+    for item in text.split(","):
+        name, *rest = item.split(":")
+        if len(rest) not in (1, 2):
+            raise HostError(f"{INSTANCE_GROUPS} {item!r}: NAME:COUNT[:TYPE], e.g. train:2")
+        try:
+            count = int(rest[0])
+        except ValueError:
+            raise HostError(
+                f"{INSTANCE_GROUPS} {item!r}: the count {rest[0]!r} is not a whole number"
+            ) from None
+        groups.append(InstanceGroup(name, count, rest[1] if len(rest) == 2 else None))
+    return groups
+
+
+def group_fields(args: argparse.Namespace) -> dict:
+    """The Job's instance_groups and distribution_groups from add_group_arguments' options."""
+    given = args.instance_groups, args.distribution_groups
+    return {
+        "instance_groups": parse_instance_groups(given[0]) if given[0] is not None else [],
+        "distribution_groups": given[1].split(",") if given[1] is not None else None,
+    }
+
+
+def add_group_arguments(parser: argparse.ArgumentParser, count_flag: str) -> None:
+    """The heterogeneous-cluster options, spelled alike by both tools."""
+    parser.add_argument(
+        INSTANCE_GROUPS,
+        metavar="NAME:COUNT[:TYPE],...",
+        help="a heterogeneous cluster: instance groups, their hosts algo-1 ... algo-N in this "
+        "order (ResourceConfig.InstanceGroups); TYPE defaults to --instance-type; not with "
+        f"{count_flag}",
+    )
+    parser.add_argument(
+        DISTRIBUTION_GROUPS,
+        metavar="NAME,...",
+        help=f"the groups the distribution runs on ({DISTRIBUTION_GROUPS_HP}); the others "
+        "run the program on their own (default: the only group; required with several)",
+    )
 
 
 @dataclass
@@ -149,8 +225,8 @@ class Job:
 
     tool: Tool
     name: str  # TrainingJobName
-    instance_type: str
-    instance_count: int = 1
+    instance_type: str | None = None  # with groups: the type of those that name none
+    instance_count: int | None = None  # 1 unless given; none with groups
     distribution: str = "mpi"
     processes_per_host: int | None = None
     custom_mpi_options: str | None = None
@@ -160,22 +236,111 @@ class Job:
     environment: list[str] = field(default_factory=list)  # the user's NAME=VALUE, as given
     channels: list[Channel] = field(default_factory=list)
     input_mode: str = "File"  # of the channels that name none
+    instance_groups: list[InstanceGroup] = field(default_factory=list)
+    distribution_groups: list[str] | None = None  # None: the SDK's default (the only group)
+    warm_pool: bool = False  # instances (and their cache directory) kept for the next job
 
     def __post_init__(self) -> None:
-        tool = self.tool
         check_name(self.name)
-        low, high = limits.int_range("TrainingInstanceCount", low=1, high=tool.max_instances)
-        in_range(tool.instance_count, self.instance_count, low, high)
-        if not INSTANCE_TYPE.fullmatch(self.instance_type):
-            raise HostError(
-                f"--instance-type {self.instance_type!r}: letters, digits, . _ -, at most 64 "
-                "(e.g. ml.g5.12xlarge)"
-            )
+        if self.instance_groups:
+            self._check_groups()
+        else:
+            self._check_instances()
         self._check_distribution()
+        self._check_distribution_groups()
         self._check_code()
         self._check_channels()
-        self.encoded_hyperparameters("", dict.fromkeys(tool.platform, ""))
+        self.encoded_hyperparameters("", dict.fromkeys(self.tool.platform, ""))
         self.job_environment({})
+
+    @property
+    def host_count(self) -> int:
+        return sum(g.count for g in self.instance_groups) or self.instance_count
+
+    def _check_instances(self) -> None:
+        if self.instance_type is None:
+            raise HostError(f"--instance-type is required (or {INSTANCE_GROUPS})")
+        check_instance_type("--instance-type", self.instance_type)
+        if self.instance_count is None:
+            self.instance_count = 1
+        low, high = limits.int_range("TrainingInstanceCount", low=1, high=self.tool.max_instances)
+        in_range(self.tool.instance_count, self.instance_count, low, high)
+
+    def _check_groups(self) -> None:
+        """Named, distinct groups of 1 or more hosts each, each with an instance type; the
+        job's count is theirs (SageMaker takes InstanceCount/InstanceType or InstanceGroups)."""
+        tool, groups = self.tool, self.instance_groups
+        if self.instance_count is not None:
+            raise HostError(
+                f"{tool.instance_count} is not for {INSTANCE_GROUPS}: each group's count says "
+                "how many (SageMaker takes InstanceCount or InstanceGroups)"
+            )
+        if self.warm_pool:
+            raise HostError(
+                f"{tool.warm_pool} is not for {INSTANCE_GROUPS}: SageMaker's warm pools do not "
+                "take heterogeneous clusters"
+            )
+        limit = limits.count_limit("InstanceGroups")
+        if len(groups) > limit:
+            raise HostError(f"{INSTANCE_GROUPS}: {len(groups)} groups; SageMaker takes {limit}")
+        low, high = limits.int_range("TrainingInstanceCount", low=1, high=tool.max_instances)
+        names = [group.name for group in groups]
+        for group in groups:
+            problem = limits.text_problem(group.name, "InstanceGroupName", controls=True)
+            if problem:
+                raise HostError(f"{INSTANCE_GROUPS} {group.name!r}: the group name {problem}")
+            if names.count(group.name) > 1:
+                raise HostError(f"{INSTANCE_GROUPS} {group.name}: given twice")
+            in_range(f"{INSTANCE_GROUPS} {group.name}: the count", group.count, low, high)
+            if group.instance_type is not None:
+                check_instance_type(f"{INSTANCE_GROUPS} {group.name}:", group.instance_type)
+            elif self.instance_type is None:
+                raise HostError(
+                    f"{INSTANCE_GROUPS} {group.name}: no instance type: {group.name}:"
+                    f"{group.count}:TYPE, or --instance-type for the groups that name none"
+                )
+        if self.instance_type is not None:
+            if all(group.instance_type for group in groups):
+                raise HostError(
+                    f"--instance-type {self.instance_type}: every group of {INSTANCE_GROUPS} "
+                    "names its type (SageMaker takes InstanceType or InstanceGroups)"
+                )
+            check_instance_type("--instance-type", self.instance_type)
+        in_range(f"{INSTANCE_GROUPS}: the hosts of all groups", self.host_count, low, high)
+        self.instance_groups = [
+            replace(group, instance_type=group.instance_type or self.instance_type)
+            for group in groups
+        ]
+
+    def _check_distribution_groups(self) -> None:
+        """The distributed groups: some of the job's, as the SDK's distribution["instance_groups"]
+        names them; the only group when none is named, as the SDK does."""
+        given, names = self.distribution_groups, [group.name for group in self.instance_groups]
+        if given is not None and not names:
+            raise HostError(f"{DISTRIBUTION_GROUPS} needs {INSTANCE_GROUPS}")
+        if not names or self.distribution == "none":
+            if given is not None:
+                raise HostError(
+                    f"{DISTRIBUTION_GROUPS} is for a distributed job, not "
+                    f"{self.tool.distribution} none (the SDK refuses it too)"
+                )
+            return
+        if given is None:
+            if len(names) > 1:
+                raise HostError(
+                    f"{DISTRIBUTION_GROUPS}: which of {', '.join(names)} run the distribution? "
+                    "With several groups the SDK asks too"
+                )
+            given = names
+        for name in given:
+            if name not in names:
+                raise HostError(
+                    f"{DISTRIBUTION_GROUPS} {name!r}: not a group of {INSTANCE_GROUPS} "
+                    f"({', '.join(names)})"
+                )
+            if given.count(name) > 1:
+                raise HostError(f"{DISTRIBUTION_GROUPS} {name}: given twice")
+        self.distribution_groups = list(given)
 
     @property
     def cpu_slots(self) -> bool:
@@ -282,7 +447,8 @@ class Job:
                 self.distribution,
                 processes_per_host=self.processes_per_host,
                 custom_mpi_options=self.custom_mpi_options,
-                instance_type=self.instance_type,
+                instance_type=None if self.instance_groups else self.instance_type,
+                instance_groups=self.distribution_groups,
             )
         )
         owners = {
@@ -293,6 +459,7 @@ class Job:
             "sagemaker_mpi_custom_mpi_options": "--custom-mpi-options",
             "sagemaker_torch_distributed_enabled": tool.distribution,
             "sagemaker_instance_type": "--instance-type",
+            DISTRIBUTION_GROUPS_HP: DISTRIBUTION_GROUPS,
             **tool.platform,
         }
         return limits.hyperparameters(self.hyperparameters, own, owners)

@@ -7,6 +7,7 @@ platform writes it. Shows the job's output; the model lands in OUT/JOB/algo-1/mo
 
     python3 -m hostkit.local_train --hosts 2 --image pytorch-horovod:cpu --hp epochs=3
     python3 -m hostkit.local_train --launcher torchrun --hosts 2 --slots 2   # DDP through torchrun
+    python3 -m hostkit.local_train --instance-groups data:1,train:2 --distribution-groups train
 
 Input is checked before anything is made, against SageMaker's own limits where it has them
 (botocore's service model): bad input exits 2 naming the option. The job's trees go in a new
@@ -35,6 +36,9 @@ from hostkit.aws import limits
 from hostkit.docker import TIMED_OUT, Docker
 
 MAX_HOSTS = 64  # containers on one machine; SageMaker allows more, a laptop does not
+DEFAULT_HOSTS = 2
+DEFAULT_INSTANCE_TYPE = "ml.local"
+HOMOGENEOUS = "homogeneousCluster"  # the one group SageMaker names in a job without groups
 MAX_CHANNEL_ENTRIES = 1_000_000  # files and directories per channel (symlinks followed)
 FREE_SPACE_MARGIN = 256 << 20  # bytes left free on --out's disk after the channel copies
 SHM_SIZE = re.compile(r"[0-9]+(?:\.[0-9]+)?[bkmgBKMG]?")
@@ -47,6 +51,8 @@ TOOL = job.Tool(
     distributions={"mpi": "horovod", "torch_distributed": "torchrun"},
     max_instances=MAX_HOSTS,
     cpu_slots=True,
+    environment={job.WARM_POOL_CACHE_ENV: "--warm-pool-cache"},
+    warm_pool="--warm-pool-cache",
 )
 
 
@@ -57,7 +63,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         epilog="\n".join(__doc__.splitlines()[1:]),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--hosts", type=int, default=2, help=f"instances, 1-{MAX_HOSTS} (default 2)")
+    p.add_argument(
+        "--hosts",
+        type=int,
+        help=f"instances, 1-{MAX_HOSTS} (default {DEFAULT_HOSTS}); with --instance-groups, "
+        "their hosts in all if given",
+    )
+    job.add_group_arguments(p, "--hosts")
     p.add_argument("--image", default="pytorch-horovod:cpu")
     p.add_argument(
         "--launcher",
@@ -97,7 +109,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="the SDK's custom_mpi_options, passed to horovodrun --mpi-args (--launcher horovod "
         "only); write --custom-mpi-options='-x NCCL_DEBUG=INFO' when it starts with -",
     )
-    p.add_argument("--instance-type", default="ml.local")
+    p.add_argument("--instance-type", help=f"default {DEFAULT_INSTANCE_TYPE}")
+    p.add_argument(
+        "--warm-pool-cache",
+        metavar="DIR",
+        help=f"a directory (absolute; made if missing) mounted in every container at "
+        f"{job.WARM_POOL_CACHE_DIR}, named by {job.WARM_POOL_CACHE_ENV}, as SageMaker gives a "
+        "warm-pool job: give two jobs the same one to try a kept warm pool",
+    )
     p.add_argument("--shm-size", default="1g")
     p.add_argument("--out", default="local/jobs", help="where each job's /opt/ml trees go")
     p.add_argument("--job-name", default=None, help="SageMaker's TrainingJobName rule")
@@ -132,11 +151,18 @@ def validate(args: argparse.Namespace) -> None:
     if not SHM_SIZE.fullmatch(args.shm_size) or float(args.shm_size.rstrip("bkmgBKMG")) <= 0:
         raise HostError(f"--shm-size {args.shm_size!r}: a size such as 1g, 512m (docker run)")
     launcher = {word: name for name, word in TOOL.distributions.items()}
+    fields = job.group_fields(args)
+    groups = fields["instance_groups"]
+    instance_type = args.instance_type
+    if instance_type is None and not (groups and all(g.instance_type for g in groups)):
+        instance_type = DEFAULT_INSTANCE_TYPE
     args.job = job.Job(
         TOOL,
         name=default_name() if args.job_name is None else args.job_name,
-        instance_type=args.instance_type,
-        instance_count=args.hosts,
+        instance_type=instance_type,
+        instance_count=None if groups else (DEFAULT_HOSTS if args.hosts is None else args.hosts),
+        **fields,
+        warm_pool=args.warm_pool_cache is not None,
         distribution=launcher[args.launcher],
         processes_per_host=args.slots,
         custom_mpi_options=args.custom_mpi_options,
@@ -151,10 +177,47 @@ def validate(args: argparse.Namespace) -> None:
             f"--source-dir {args.job.source_dir}: a path with ':', ',' or a control character "
             "cannot be mounted with docker run -v"
         )
+    if groups and args.hosts not in (None, args.job.host_count):
+        raise HostError(
+            f"--hosts {args.hosts} disagrees with --instance-groups ({args.job.host_count} "
+            "hosts): give one or the other"
+        )
+    args.hosts = args.job.host_count
     args.hps = args.job.encoded_hyperparameters("/opt/ml/code", {})
-    args.environment = args.job.job_environment({"TRAINING_JOB_NAME": args.job.name})
+    own = {"TRAINING_JOB_NAME": args.job.name}
+    if args.warm_pool_cache is not None:
+        own[job.WARM_POOL_CACHE_ENV] = job.WARM_POOL_CACHE_DIR
+    args.environment = args.job.job_environment(own)
     args.copies = copies(args.job.channels)
     check_out(args)
+    args.cache = warm_pool_cache(args.warm_pool_cache, args)
+
+
+def warm_pool_cache(text: str | None, args: argparse.Namespace) -> Path | None:
+    """--warm-pool-cache's directory: absolute once ~ is expanded, reached through no symlink,
+    a directory or missing (made at start), and apart from the job's trees and its code."""
+    if text is None:
+        return None
+    path = Path(os.path.expanduser(text))
+    what = f"--warm-pool-cache {text}"
+    if not path.is_absolute():
+        raise HostError(f"{what}: an absolute path (~ expands), the same for every job using it")
+    if UNSAFE_IN_MOUNT.search(str(path)):
+        raise HostError(
+            f"{what}: a path with ':', ',' or a control character cannot be mounted with "
+            "docker run -v"
+        )
+    real = Path(os.path.realpath(path))
+    if real != Path(os.path.normpath(path)):
+        raise HostError(f"{what}: leads elsewhere through a symlink or '..' (to {real})")
+    if path.exists() and not path.is_dir():
+        raise HostError(f"{what}: exists and is not a directory")
+    for other, flag in ((args.job_dir, "--out"), (args.job.source_dir, "--source-dir")):
+        if other and (other.is_relative_to(real) or real.is_relative_to(other)):
+            raise HostError(
+                f"{what}: overlaps {flag}'s {other}: the cache outlives the job, apart from it"
+            )
+    return real
 
 
 def copies(channels: list[job.Channel]) -> dict[str, tuple[Path, list, int]]:
@@ -248,25 +311,42 @@ def check_out(args: argparse.Namespace) -> None:
             )
 
 
-def write_tree(root: Path, host: str, hosts: list[str], args) -> None:
+def resource_configs(spec: job.Job) -> dict[str, dict]:
+    """Each host's resourceconfig.json as SageMaker writes it: hosts algo-1 ... algo-N in the
+    groups' order; a job without groups is one group, homogeneousCluster."""
+    groups = spec.instance_groups or [
+        job.InstanceGroup(HOMOGENEOUS, spec.instance_count, spec.instance_type)
+    ]
+    members, first = [], 1
+    for group in groups:
+        members.append((group, [f"algo-{i}" for i in range(first, first + group.count)]))
+        first += group.count
+    hosts = [host for _, names in members for host in names]
+    listed = [
+        {"instance_group_name": g.name, "instance_type": g.instance_type, "hosts": names}
+        for g, names in members
+    ]
+    return {
+        host: {
+            "current_host": host,
+            "current_instance_type": group.instance_type,
+            "current_group_name": group.name,
+            "hosts": hosts,
+            "instance_groups": listed,
+            "network_interface_name": "eth0",
+        }
+        for group, names in members
+        for host in names
+    }
+
+
+def write_tree(root: Path, resource: dict, args) -> None:
     config = root / "input" / "config"
     config.mkdir(parents=True)
     for d in ("model", "output/data", "checkpoints", "input/data"):
         (root / d).mkdir(parents=True, exist_ok=True)
-    resource = {
-        "current_host": host,
-        "current_instance_type": args.instance_type,
-        "current_group_name": "homogeneousCluster",
-        "hosts": hosts,
-        "instance_groups": [
-            {
-                "instance_group_name": "homogeneousCluster",
-                "instance_type": args.instance_type,
-                "hosts": hosts,
-            }
-        ],
-        "network_interface_name": "eth0",
-    }
+    if args.cache:  # the mount point, made by us rather than as root by Docker
+        (root / job.WARM_POOL_CACHE_DIR.removeprefix("/opt/ml/")).mkdir(parents=True)
     (config / "resourceconfig.json").write_text(json.dumps(resource))
     (config / "hyperparameters.json").write_text(json.dumps(args.hps))
     specs = {}
@@ -299,16 +379,27 @@ def run_job(argv: list[str]) -> int:
     args = parse_args(argv)
     docker = Docker()
     job_name, out = args.job.name, args.job_dir
-    hosts = [f"algo-{i}" for i in range(1, args.hosts + 1)]
+    resources = resource_configs(args.job)
+    hosts = list(resources)
     inspect = docker("image", "inspect", args.image, check=False)
     if inspect.returncode != 0:
         if "no such image" in inspect.stderr.lower():
             raise HostError(f"--image {args.image}: not found locally (`make build`, or pull it)")
         raise HostError(f"docker image inspect {args.image} failed: {inspect.stderr.strip()}", 1)
+    groups = ", ".join(f"{r['current_group_name']} {h}" for h, r in resources.items())
     print(
-        f"local-train: job {job_name}, {args.hosts} host(s), image {args.image}, "
-        f"/opt/ml trees in {out}"
+        f"local-train: job {job_name}, {args.hosts} host(s)"
+        + (f" ({groups})" if args.job.instance_groups else "")
+        + f", image {args.image}, /opt/ml trees in {out}"
     )
+    if args.cache:
+        print(f"local-train: warm-pool cache {args.cache} (kept after the job)")
+        try:
+            args.cache.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise HostError(
+                f"--warm-pool-cache {args.cache}: cannot make it: {exc.strerror}"
+            ) from None
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.mkdir()  # never an existing one: the trees of two jobs are not mixed
@@ -327,7 +418,7 @@ def run_job(argv: list[str]) -> int:
     try:
         for host in hosts:
             try:
-                write_tree(out / host, host, hosts, args)
+                write_tree(out / host, resources[host], args)
             except OSError as exc:
                 raise HostError(f"writing the job's trees in {out} failed: {exc}", 1) from None
         for host, name in zip(hosts, names, strict=True):
@@ -335,6 +426,8 @@ def run_job(argv: list[str]) -> int:
             cmd += ["--shm-size", args.shm_size, "-v", f"{out / host}:/opt/ml"]
             if args.job.source_dir:
                 cmd += ["-v", f"{args.job.source_dir}:/opt/ml/code:ro"]
+            if args.cache:
+                cmd += ["-v", f"{args.cache}:{job.WARM_POOL_CACHE_DIR}"]
             for key, value in args.environment.items():
                 cmd += ["-e", f"{key}={value}"]
             docker(*cmd, args.image, "train")

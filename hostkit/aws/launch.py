@@ -20,7 +20,9 @@ job's Environment: the hosts make their SSH trust themselves at start, per job
 (docs/security.md, "SSH trust"). --ssh-key-in-environment puts one there, where
 DescribeTrainingJob and the console show it to anyone who may read the job. --dry-run prints
 the request and creates nothing; --wait follows the job's status and logs and exits with its
-result.
+result. --instance-groups makes a heterogeneous cluster, --keep-alive-seconds a warm pool,
+--training-plan-arn runs on a training plan's capacity and --remote-debug lets you in through
+AWS Systems Manager (docs/sagemaker.md).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+import botocore
 import botocore.exceptions
 
 from hostkit import HostError, job
@@ -61,8 +64,19 @@ TOOL = job.Tool(
     distributions={name: name for name in job.DISTRIBUTIONS},
     submit_directory="--source-dir/--code-location",
     platform={"sagemaker_region": "--region", "sagemaker_job_name": "--job-name"},
-    environment={SSH_KEY_ENV: "--ssh-key-in-environment"},
+    environment={
+        SSH_KEY_ENV: "--ssh-key-in-environment",
+        job.WARM_POOL_CACHE_ENV: "--keep-alive-seconds",
+    },
+    warm_pool="--keep-alive-seconds",
 )
+# The request fields of the newer options: an older botocore's model may lack them.
+NEWER_FIELDS = {
+    "instance_groups": ("ResourceConfig.InstanceGroups", job.INSTANCE_GROUPS),
+    "keep_alive_seconds": ("ResourceConfig.KeepAlivePeriodInSeconds", "--keep-alive-seconds"),
+    "training_plan_arn": ("ResourceConfig.TrainingPlanArn", "--training-plan-arn"),
+    "remote_debug": ("RemoteDebugConfig", "--remote-debug"),
+}
 
 
 def sagemaker_model():
@@ -71,6 +85,27 @@ def sagemaker_model():
 
 def training_instance_types() -> list[str]:
     return list(sagemaker_model().shape_for("TrainingInstanceType").enum)
+
+
+def check_training_type(flag: str, value: str, types: list[str]) -> None:
+    if value not in types:
+        close = [t for t in types if t.startswith(value.rsplit(".", 1)[0])][:6]
+        raise HostError(
+            f"{flag} {value!r} is not a SageMaker training instance type"
+            + (f" (similar: {', '.join(close)})" if close else " (e.g. ml.g5.12xlarge)")
+        )
+
+
+def check_model_field(path: str, flag: str) -> None:
+    """Refuses flag where this botocore's CreateTrainingJob has no field at path (A.B)."""
+    shape = sagemaker_model().operation_model("CreateTrainingJob").input_shape
+    for name in path.split("."):
+        if name not in shape.members:
+            raise HostError(
+                f"{flag}: this botocore ({botocore.__version__}) has no CreateTrainingJob "
+                f"{path}: upgrade boto3 and botocore in the dev venv"
+            )
+        shape = shape.members[name]
 
 
 def s3_problem(uri: str) -> str | None:
@@ -202,8 +237,12 @@ def parse_args(argv):
     )
     p.add_argument("--image-uri", required=True)
     p.add_argument("--role", required=True, help="IAM role ARN SageMaker assumes")
-    p.add_argument("--instance-type", required=True, help="e.g. ml.g5.12xlarge")
-    p.add_argument("--instance-count", type=int, default=1, help="1 or more")
+    p.add_argument(
+        "--instance-type",
+        help="e.g. ml.g5.12xlarge; with --instance-groups, the type of those that name none",
+    )
+    p.add_argument("--instance-count", type=int, help="1 or more (default 1)")
+    job.add_group_arguments(p, "--instance-count")
     p.add_argument(
         "--distribution",
         choices=job.DISTRIBUTIONS,
@@ -244,6 +283,25 @@ def parse_args(argv):
     p.add_argument("--checkpoint-s3-uri", help="s3:// synced with /opt/ml/checkpoints")
     p.add_argument("--spot", action="store_true", help="managed spot training")
     p.add_argument("--max-wait", type=int, help="seconds, >= --max-run (default: --max-run)")
+    p.add_argument(
+        "--keep-alive-seconds",
+        type=int,
+        metavar="N",
+        help="keep the instances in a warm pool N s for the next matching job "
+        "(ResourceConfig.KeepAlivePeriodInSeconds); not with --spot or --instance-groups",
+    )
+    p.add_argument(
+        "--training-plan-arn",
+        metavar="ARN",
+        help="run on a SageMaker training plan's reserved capacity "
+        "(ResourceConfig.TrainingPlanArn)",
+    )
+    p.add_argument(
+        "--remote-debug",
+        action="store_true",
+        help="let AWS Systems Manager sessions into the job's containers "
+        "(RemoteDebugConfig.EnableRemoteDebug; docs/sagemaker.md says what it needs)",
+    )
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--subnet", action="append", default=[])
     p.add_argument("--security-group", action="append", default=[])
@@ -278,6 +336,18 @@ def parse_args(argv):
 
 
 def check_numbers(args) -> None:
+    if args.keep_alive_seconds is not None:
+        low, high = limits.int_range("KeepAlivePeriodInSeconds")
+        job.in_range(
+            "--keep-alive-seconds",
+            args.keep_alive_seconds,
+            low,
+            high,
+            " s",
+            "SageMaker's KeepAlivePeriodInSeconds",
+        )
+        if args.keep_alive_seconds and args.spot:
+            raise HostError("--keep-alive-seconds: SageMaker's warm pools do not take --spot")
     low, high = limits.int_range("VolumeSizeInGB", high=MAX_VOLUME_GB)
     job.in_range("--volume-size", args.volume_size, low, high, " GB", "the largest EBS volume")
     low, high = limits.int_range("MaxRuntimeInSeconds", high=limits.MAX_RUNTIME_S)
@@ -315,8 +385,15 @@ def validate(args) -> None:
     )
     if problem:
         raise HostError(f"--image-uri {args.image_uri!r} {problem}")
+    for attribute, (path, flag) in NEWER_FIELDS.items():
+        if getattr(args, attribute) not in (None, False):
+            check_model_field(path, flag)
     check_numbers(args)
     check_region(args.region)
+    if args.training_plan_arn is not None:
+        problem = limits.text_problem(args.training_plan_arn, "TrainingPlanArn", controls=True)
+        if problem:
+            raise HostError(f"--training-plan-arn {args.training_plan_arn!r} {problem}")
     for uri, what in (
         (args.output_path, "--output-path"),
         (args.checkpoint_s3_uri, "--checkpoint-s3-uri"),
@@ -342,6 +419,8 @@ def validate(args) -> None:
         name=job_name(args),
         instance_type=args.instance_type,
         instance_count=args.instance_count,
+        **job.group_fields(args),
+        warm_pool=bool(args.keep_alive_seconds),
         distribution=args.distribution,
         processes_per_host=args.processes_per_host,
         custom_mpi_options=args.custom_mpi_options,
@@ -353,12 +432,10 @@ def validate(args) -> None:
         input_mode=args.input_mode,
     )
     types = training_instance_types()
-    if args.instance_type not in types:
-        close = [t for t in types if t.startswith(args.instance_type.rsplit(".", 1)[0])][:6]
-        raise HostError(
-            f"--instance-type {args.instance_type!r} is not a SageMaker training instance type"
-            + (f" (similar: {', '.join(close)})" if close else " (e.g. ml.g5.12xlarge)")
-        )
+    for group in args.job.instance_groups:
+        check_training_type(f"{job.INSTANCE_GROUPS} {group.name}:", group.instance_type, types)
+    if args.instance_type is not None:
+        check_training_type("--instance-type", args.instance_type, types)
     if args.job.source_dir:
         source_files(args.job.source_dir)  # its size
     for channel in args.job.channels:
@@ -391,11 +468,7 @@ def build_request(args, region: str, account: str, job_key: str | None) -> dict:
         "RoleArn": args.role,
         "HyperParameters": hyperparameters,
         "OutputDataConfig": {"S3OutputPath": output},
-        "ResourceConfig": {
-            "InstanceType": spec.instance_type,
-            "InstanceCount": spec.instance_count,
-            "VolumeSizeInGB": args.volume_size,
-        },
+        "ResourceConfig": resource_config(args),
         "StoppingCondition": {"MaxRuntimeInSeconds": args.max_run},
         "EnableManagedSpotTraining": bool(args.spot),
         "Tags": [{"Key": "created-by", "Value": "pytorch-horovod launch"}],
@@ -413,7 +486,34 @@ def build_request(args, region: str, account: str, job_key: str | None) -> dict:
         }
     if args.subnet:
         request["VpcConfig"] = {"Subnets": args.subnet, "SecurityGroupIds": args.security_group}
+    if args.remote_debug:
+        request["RemoteDebugConfig"] = {"EnableRemoteDebug": True}
     return request
+
+
+def resource_config(args) -> dict:
+    """ResourceConfig: the job's instances (a type and count, or its groups), the volume, and
+    the warm pool and training plan when asked for."""
+    spec: job.Job = args.job
+    if spec.instance_groups:
+        resource: dict = {
+            "InstanceGroups": [
+                {
+                    "InstanceGroupName": group.name,
+                    "InstanceType": group.instance_type,
+                    "InstanceCount": group.count,
+                }
+                for group in spec.instance_groups
+            ]
+        }
+    else:
+        resource = {"InstanceType": spec.instance_type, "InstanceCount": spec.instance_count}
+    resource["VolumeSizeInGB"] = args.volume_size
+    if args.keep_alive_seconds is not None:
+        resource["KeepAlivePeriodInSeconds"] = args.keep_alive_seconds
+    if args.training_plan_arn is not None:
+        resource["TrainingPlanArn"] = args.training_plan_arn
+    return resource
 
 
 def redacted(request: dict) -> dict:

@@ -44,6 +44,8 @@ FALLBACK: dict[str, dict] = {
     "SecurityGroupId": {"min": 0, "max": 32, "pattern": "[-0-9a-zA-Z]+"},
     "VpcSecurityGroupIds": {"min": 1, "max": 5},
     "TrainingInstanceCount": {"min": 0},
+    "InstanceGroups": {"min": 0, "max": 5},
+    "InstanceGroupName": {"min": 1, "max": 64, "pattern": ".+"},
     "VolumeSizeInGB": {"min": 1},
     "MaxRuntimeInSeconds": {"min": 1},
     "MaxWaitTimeInSeconds": {"min": 1},
