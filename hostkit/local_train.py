@@ -209,7 +209,7 @@ def warm_pool_cache(text: str | None, args: argparse.Namespace) -> Path | None:
         )
     real = Path(os.path.realpath(path))
     if real != Path(os.path.normpath(path)):
-        raise HostError(f"{what}: leads elsewhere through a symlink or '..' (to {real})")
+        raise HostError(f"{what}: leads elsewhere through a symlink (to {real})")
     if path.exists() and not path.is_dir():
         raise HostError(f"{what}: exists and is not a directory")
     for other, flag in ((args.job_dir, "--out"), (args.job.source_dir, "--source-dir")):

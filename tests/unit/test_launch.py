@@ -496,3 +496,98 @@ def test_local_train_writes_what_launch_sends(aws_env, source, tmp_path, launche
         "sagemaker_program": '"train.py"',
         "sagemaker_submit_directory": '"/opt/ml/code"',
     }
+
+
+# What sagemaker.pytorch.PyTorch(instance_groups=[data, train], distribution={...,
+# "instance_groups": [train]}) adds, as SDK v2.257.7's own hyperparameters() returned it,
+# called offline (data = InstanceGroup("data", "ml.c5.xlarge", 1), train = ("train",
+# "ml.g5.xlarge", 2)): estimator.py:4110-4112 puts the names first; fw_utils.py:881-936 takes
+# the only group when none is named and refuses several; pytorch/estimator.py:684-696 sends none
+# for torch_distributed, and no sagemaker_instance_type, the estimator having no one type.
+SDK_GROUP_HPS = {
+    # {"mpi": {"enabled": True, "processes_per_host": 4}, "instance_groups": [train]}
+    ("mpi", "4"): {
+        "sagemaker_distribution_instance_groups": '["train"]',
+        "sagemaker_mpi_enabled": "true",
+        "sagemaker_mpi_num_of_processes_per_host": "4",
+        "sagemaker_mpi_custom_mpi_options": '""',
+    },
+    # {"torch_distributed": {"enabled": True}, "instance_groups": [train]}: the SDK sends only
+    # sagemaker_torch_distributed_enabled; launch adds the groups (hostkit.job says why).
+    ("torch_distributed", None): {
+        "sagemaker_distribution_instance_groups": '["train"]',
+        "sagemaker_torch_distributed_enabled": "true",
+    },
+    # distribution=None
+    ("none", None): {},
+}
+GROUPS = [
+    {"InstanceGroupName": "data", "InstanceType": "ml.c5.xlarge", "InstanceCount": 1},
+    {"InstanceGroupName": "train", "InstanceType": "ml.g5.xlarge", "InstanceCount": 2},
+]
+
+
+def group_args(source, distribution, processes):
+    args = distribution_args(source, distribution, processes, None)
+    args = without(args, "--instance-type", "--instance-count")
+    args += ["--instance-groups", "data:1:ml.c5.xlarge,train:2", "--instance-type", "ml.g5.xlarge"]
+    if distribution != "none":
+        args += ["--distribution-groups", "train"]
+    return args
+
+
+@pytest.mark.parametrize(("distribution", "processes"), list(SDK_GROUP_HPS))
+def test_instance_groups_are_sent_as_the_sdk_sends_them(
+    aws_env, source, sent, distribution, processes
+):
+    assert launch.main(group_args(source, distribution, processes)) == 0
+    model = botocore.session.get_session().get_service_model("sagemaker")
+    check_shape(sent, model.operation_model("CreateTrainingJob").input_shape)
+    assert sent["ResourceConfig"] == {"InstanceGroups": GROUPS, "VolumeSizeInGB": 200}
+    expected = {**NOT_DISTRIBUTION, **SDK_GROUP_HPS[distribution, processes]}
+    assert sent["HyperParameters"] == expected
+    job = boto3.client("sagemaker").describe_training_job(TrainingJobName="byoc-test-job")
+    assert job["ResourceConfig"]["InstanceGroups"] == GROUPS
+    decoded = entry_config.decode_hyperparameter(
+        expected.get("sagemaker_distribution_instance_groups", "[]")
+    )
+    assert decoded == ([] if distribution == "none" else ["train"])
+
+
+@pytest.mark.parametrize(
+    ("launcher", "key"), [("horovod", ("mpi", "4")), ("torchrun", ("torch_distributed", None))]
+)
+def test_local_train_writes_the_groups_launch_sends(aws_env, source, tmp_path, launcher, key):
+    argv = ["--launcher", launcher, "--out", str(tmp_path / "out"), "--source-dir", str(source)]
+    argv += ["--entry-point", "train.py", "--instance-groups", "data:1:ml.c5.xlarge,train:2"]
+    argv += ["--instance-type", "ml.g5.xlarge", "--distribution-groups", "train"]
+    if key[1] is not None:
+        argv += ["--slots", key[1]]
+    assert local_train.parse_args(argv).hps == {
+        **SDK_GROUP_HPS[key],
+        "sagemaker_program": '"train.py"',
+        "sagemaker_submit_directory": '"/opt/ml/code"',
+    }
+
+
+def test_warm_pool_training_plan_and_remote_debug_fit_botocores_model(aws_env, source, sent):
+    plan = f"arn:aws:sagemaker:us-east-1:{ACCOUNT}:training-plan/byoc-plan"
+    args = without(full_args(source), "--max-wait")
+    args.remove("--spot")
+    args += ["--keep-alive-seconds", "1800", "--training-plan-arn", plan, "--remote-debug"]
+    assert launch.main(args) == 0
+    model = botocore.session.get_session().get_service_model("sagemaker")
+    check_shape(sent, model.operation_model("CreateTrainingJob").input_shape)
+    assert sent["ResourceConfig"] == {
+        "InstanceType": "ml.p4d.24xlarge",
+        "InstanceCount": 2,
+        "VolumeSizeInGB": 200,
+        "KeepAlivePeriodInSeconds": 1800,
+        "TrainingPlanArn": plan,
+    }
+    assert sent["RemoteDebugConfig"] == {"EnableRemoteDebug": True}
+    sent.clear()
+    assert launch.main(full_args(source, "job-b")) == 0  # none asked for: none sent
+    assert (
+        "RemoteDebugConfig" not in sent and "KeepAlivePeriodInSeconds" not in sent["ResourceConfig"]
+    )

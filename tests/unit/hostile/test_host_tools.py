@@ -234,6 +234,163 @@ def test_local_train_renders_the_job_as_opt_ml_trees(place, capsys):
         assert part in run, run
 
 
+def resource(place, host: str) -> str:
+    return (place.out / JOB / host / "input" / "config" / "resourceconfig.json").read_text()
+
+
+def test_a_job_without_groups_is_written_as_before(place, capsys):
+    code, text = local(place, capsys, ["--hosts", "2"])
+    assert code == 0, text
+    hosts = '["algo-1", "algo-2"]'
+    assert resource(place, "algo-2") == (
+        '{"current_host": "algo-2", "current_instance_type": "ml.local", "current_group_name": '
+        f'"homogeneousCluster", "hosts": {hosts}, "instance_groups": [{{"instance_group_name": '
+        f'"homogeneousCluster", "instance_type": "ml.local", "hosts": {hosts}}}], '
+        '"network_interface_name": "eth0"}'
+    )
+
+
+def test_local_train_renders_instance_groups_on_every_host(place, capsys):
+    """Hosts algo-1 ... algo-N in the groups' order, each in exactly one group, its own type
+    and group in resourceconfig.json; the distributed groups as the SDK sends them."""
+    argv = ["--instance-groups", "data:1:ml.c5.xlarge,train:2", "--instance-type", "ml.g5.xlarge"]
+    argv += ["--distribution-groups", "train", "--hosts", "3", *SRC]
+    code, text = local(place, capsys, argv)
+    assert code == 0, text
+    groups = [
+        {"instance_group_name": "data", "instance_type": "ml.c5.xlarge", "hosts": ["algo-1"]},
+        {
+            "instance_group_name": "train",
+            "instance_type": "ml.g5.xlarge",
+            "hosts": ["algo-2", "algo-3"],
+        },
+    ]
+    for group in groups:
+        for host in group["hosts"]:
+            assert json.loads(resource(place, host)) == {
+                "current_host": host,
+                "current_instance_type": group["instance_type"],
+                "current_group_name": group["instance_group_name"],
+                "hosts": ["algo-1", "algo-2", "algo-3"],
+                "instance_groups": groups,
+                "network_interface_name": "eth0",
+            }
+    config = place.out / JOB / "algo-3" / "input" / "config"
+    hps = json.loads((config / "hyperparameters.json").read_text())
+    assert hps["sagemaker_distribution_instance_groups"] == '["train"]'
+    runs = [c for c in docker_calls(place) if c.startswith("run ")]
+    assert [r.split("--network-alias ")[1].split()[0] for r in runs] == [
+        "algo-1",
+        "algo-2",
+        "algo-3",
+    ]
+
+
+def test_local_train_mounts_a_warm_pool_cache_that_outlives_the_job(place, capsys):
+    cache = place.root / "cache"
+    for name in ("first", "second"):  # the second job finds the first one's directory
+        argv = ["--job-name", name, "--warm-pool-cache", str(cache)]
+        code, text = local(place, capsys, argv)
+        assert code == 0, text
+        assert (
+            cache.is_dir()
+            and (place.out / name / "algo-2" / "sagemaker" / "warmpoolcache").is_dir()
+        )
+    runs = [c for c in docker_calls(place) if c.startswith("run ")]
+    assert len(runs) == 4
+    for run in runs:
+        assert f"-v {cache}:/opt/ml/sagemaker/warmpoolcache" in run, run
+        assert (
+            "-e SAGEMAKER_MANAGED_WARMPOOL_CACHE_DIRECTORY=/opt/ml/sagemaker/warmpoolcache" in run
+        )
+
+
+def test_local_train_warm_pool_cache_may_start_with_a_tilde(place, capsys, monkeypatch):
+    monkeypatch.setenv("HOME", str(place.root))
+    code, text = local(place, capsys, ["--warm-pool-cache", "~/cache"])
+    assert code == 0, text
+    assert (place.root / "cache").is_dir()
+
+
+@pytest.mark.parametrize(
+    ("argv", "fs", "words"),
+    [
+        pytest.param(
+            ["--warm-pool-cache", "cache"],
+            None,
+            ["--warm-pool-cache cache", "absolute"],
+            id="relative",
+        ),
+        pytest.param(
+            ["--warm-pool-cache", "{work}/data/a.txt"], None, ["not a directory"], id="file"
+        ),
+        pytest.param(
+            ["--warm-pool-cache", "{work}/link"],
+            "cache-link",
+            ["leads elsewhere", "outside"],
+            id="link",
+        ),
+        pytest.param(
+            ["--warm-pool-cache", "{work}/link/sub"],
+            "cache-link",
+            ["leads elsewhere"],
+            id="through-link",
+        ),
+        pytest.param(
+            ["--warm-pool-cache", "{work}/c:d"],
+            None,
+            ["--warm-pool-cache", "':'"],
+            id="volume-spec",
+        ),
+        pytest.param(
+            ["--warm-pool-cache", "{work}"], None, ["overlaps --out"], id="holds-the-jobs"
+        ),
+        pytest.param(["--warm-pool-cache", "/"], None, ["overlaps --out"], id="root"),
+        pytest.param(
+            ["--warm-pool-cache", "{work}/src/cache", *SRC],
+            None,
+            ["overlaps --source-dir"],
+            id="in-source",
+        ),
+        pytest.param(
+            ["--warm-pool-cache", "{work}/c", "--instance-groups", "a:2"],
+            None,
+            ["--warm-pool-cache is not for --instance-groups"],
+            id="groups",
+        ),
+        pytest.param(
+            ["--instance-groups", "a:1,b:2", "--distribution-groups", "b", "--hosts", "2"],
+            None,
+            ["--hosts 2 disagrees with --instance-groups (3 hosts)"],
+            id="hosts-disagree",
+        ),
+        pytest.param(
+            ["--instance-groups", "a:1,b:2"],
+            None,
+            ["--distribution-groups: which of a, b"],
+            id="unnamed",
+        ),
+        pytest.param(
+            ["--instance-groups", "a:1", "--distribution-groups", "x"],
+            None,
+            ["--distribution-groups 'x'"],
+            id="unknown",
+        ),
+        pytest.param(
+            ["--instance-groups", "a:1:ml.x", "--instance-type", "ml.y"],
+            None,
+            ["--instance-type ml.y: every group"],
+            id="unused-type",
+        ),
+        pytest.param(["--instance-groups", ""], None, ["--instance-groups ''"], id="empty"),
+    ],
+)
+def test_local_train_groups_and_warm_pool_cache(place, capsys, argv, fs, words):
+    if fs == "cache-link":
+        (place.work / "link").symlink_to(place.outside)
+    refused_locally(place, capsys, argv, 2, words)
+
+
 def test_the_fallback_limits_are_botocores():
     """local_train.py runs under any python3: without botocore it uses limits.FALLBACK."""
     model = limits.service_model()
@@ -499,6 +656,84 @@ def test_local_train_reaches_the_job_description(place, capsys, argv, words):
 )
 def test_launch_reaches_the_job_description(aws_env, tmp_path, capsys, argv, words):
     refused_by_launch(tmp_path, capsys, argv, words)
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        pytest.param(
+            ["--instance-groups", "a:0"],
+            ["--instance-groups a: the count must be 1-"],
+            id="group-empty",
+        ),
+        pytest.param(
+            ["--instance-groups", "a:1", "--instance-count", "1"],
+            ["--instance-count is not for"],
+            id="count",
+        ),
+        pytest.param(
+            ["--instance-groups", "a:1:ml.p9.huge,b:1", "--distribution-groups", "a"],
+            ["--instance-groups a: 'ml.p9.huge' is not a SageMaker training"],
+            id="group-type",
+        ),
+        pytest.param(
+            ["--instance-groups", "a:1,b:1", "--distribution-groups", "c"],
+            ["--distribution-groups 'c'"],
+            id="unknown",
+        ),
+        pytest.param(
+            ["--keep-alive-seconds", "21601"],
+            ["--keep-alive-seconds must be 0-21600 s"],
+            id="keep-alive",
+        ),
+        pytest.param(
+            ["--keep-alive-seconds", "-1"],
+            ["--keep-alive-seconds must be 0-21600 s"],
+            id="keep-alive-negative",
+        ),
+        pytest.param(
+            ["--keep-alive-seconds", "600", "--spot"],
+            ["warm pools do not take --spot"],
+            id="keep-alive-spot",
+        ),
+        pytest.param(
+            ["--keep-alive-seconds", "600", "--instance-groups", "a:2"],
+            ["--keep-alive-seconds is not for --instance-groups"],
+            id="keep-alive-groups",
+        ),
+        pytest.param(
+            ["--training-plan-arn", "arn:aws:sagemaker:us-east-1:123456789012:training-plan/p\n"],
+            ["--training-plan-arn", "control"],
+            id="plan-newline",
+        ),
+        pytest.param(
+            [
+                "--training-plan-arn",
+                "arn:aws:iam::123456789012:role/not-a-plan-but-long-enough-to-pass",
+            ],
+            ["does not match SageMaker's TrainingPlanArn pattern"],
+            id="plan-not-a-plan",
+        ),
+        pytest.param(
+            ["--training-plan-arn", "arn:aws:sagemaker:x"],
+            ["TrainingPlanArn allows 50-2048"],
+            id="plan-short",
+        ),
+    ],
+)
+def test_launch_groups_warm_pools_and_plans(aws_env, tmp_path, capsys, argv, words):
+    refused_by_launch(tmp_path, capsys, argv, words)
+
+
+def test_launch_refuses_what_this_botocore_cannot_send(aws_env, tmp_path, capsys, monkeypatch):
+    """An option whose request field the installed botocore's model lacks is refused, naming
+    the field, before anything is made."""
+    monkeypatch.setitem(launch.NEWER_FIELDS, "remote_debug", ("NoSuchConfig", "--remote-debug"))
+    words = ["--remote-debug: this botocore", "has no CreateTrainingJob NoSuchConfig", "upgrade"]
+    refused_by_launch(tmp_path, capsys, ["--remote-debug"], words)
+    for path, _ in launch.NEWER_FIELDS.values():
+        if path != "NoSuchConfig":
+            launch.check_model_field(path, "--x")  # the pinned botocore has them all
 
 
 def test_push_repository_traversal(aws_env, tmp_path, capsys, docker_asked):

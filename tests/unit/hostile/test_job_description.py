@@ -11,6 +11,7 @@ these checks.
 from __future__ import annotations
 
 import os
+import types
 from pathlib import Path
 
 import pytest
@@ -406,3 +407,190 @@ def test_a_local_channel_takes_all_after_the_equals_sign_as_its_directory():
     )
     assert (channel.source, channel.mode, channel.wrap) == ("s3://b/x", "Pipe", "RecordIO")
     assert channel.distribution == "ShardedByS3Key"
+
+
+# ============================================================================================
+# heterogeneous clusters: instance groups and the groups the distribution runs on
+# ============================================================================================
+def groups(text: str, distributed: str | None = None, **fields) -> dict:
+    """--instance-groups TEXT [--distribution-groups DISTRIBUTED] as the tools parse them; no
+    job-wide type or count unless fields give them."""
+    given = types.SimpleNamespace(instance_groups=text, distribution_groups=distributed)
+    return {"instance_type": None, **job.group_fields(given), **fields}
+
+
+def test_groups_are_taken_by_both_tools_with_the_sdks_defaults(src):
+    for tool in TOOLS:
+        described = make(
+            src,
+            tool,
+            **groups("data:1:ml.c5.xlarge,train:2", "train", instance_type="ml.g5.xlarge"),
+        )
+        assert described.instance_groups == [
+            job.InstanceGroup("data", 1, "ml.c5.xlarge"),
+            job.InstanceGroup("train", 2, "ml.g5.xlarge"),
+        ]
+        assert described.host_count == 3 and described.instance_count is None
+        # One group and none named: that group, as the SDK's validate_distribution decides.
+        assert make(src, tool, **groups("train:2:ml.g5.xlarge")).distribution_groups == ["train"]
+    # Without a distribution nothing is distributed, and nothing need be named.
+    assert (
+        make(
+            src, **groups("a:1:ml.c5.xlarge,b:1:ml.c5.xlarge"), distribution="none"
+        ).distribution_groups
+        is None
+    )
+
+
+@pytest.mark.parametrize(
+    ("tool", "fields", "words"),
+    [
+        case(
+            "group-empty",
+            ["--instance-groups data: the count must be 1-64, not 0"],
+            "local",
+            **groups("data:0,train:2", "train", instance_type="ml.local"),
+        ),
+        case(
+            "group-negative",
+            ["--instance-groups data: the count must be 1-"],
+            **groups("data:-1:ml.c5.xlarge"),
+        ),
+        case(
+            "group-total",
+            ["--instance-groups: the hosts of all groups must be 1-64, not 80"],
+            "local",
+            **groups("a:40,b:40", "a", instance_type="ml.local"),
+        ),
+        case(
+            "group-twice",
+            ["--instance-groups a: given twice"],
+            **groups("a:1:ml.c5.xlarge,a:2:ml.c5.xlarge", "a"),
+        ),
+        case(
+            "group-name-empty",
+            ["--instance-groups ''", "InstanceGroupName allows 1-64"],
+            **groups(":1:ml.c5.xlarge"),
+        ),
+        case(
+            "group-name-long",
+            ["--instance-groups 'gggg", "1-64"],
+            **groups("g" * 65 + ":1:ml.c5.xlarge"),
+        ),
+        case(
+            "group-name-newline",
+            ["--instance-groups 'a\\nb'", "control"],
+            **groups("a\nb:1:ml.c5.xlarge"),
+        ),
+        case(
+            "groups-6",
+            ["--instance-groups: 6 groups; SageMaker takes 5"],
+            **groups(",".join(f"g{i}:1:ml.c5.xlarge" for i in range(6)), "g0"),
+        ),
+        case(
+            "group-type", ["--instance-groups a: 'ml c5'", "letters, digits"], **groups("a:1:ml c5")
+        ),
+        case(
+            "group-no-type",
+            ["--instance-groups train: no instance type", "--instance-type"],
+            **groups("train:2"),
+        ),
+        case(
+            "count-beside-groups",
+            ["--instance-count is not for --instance-groups", "InstanceCount or InstanceGroups"],
+            **groups("a:1:ml.c5.xlarge", instance_count=2),
+        ),
+        case(
+            "hosts-beside-groups",
+            ["--hosts is not for --instance-groups"],
+            "local",
+            **groups("a:1", instance_type="ml.local", instance_count=1),
+        ),
+        case(
+            "type-beside-typed-groups",
+            ["--instance-type ml.m5.xlarge: every group of --instance-groups names its type"],
+            **groups("a:1:ml.c5.xlarge", instance_type="ml.m5.xlarge"),
+        ),
+        case("no-type", ["--instance-type is required (or --instance-groups)"], instance_type=None),
+        case(
+            "distributed-unknown",
+            ["--distribution-groups 'gpu': not a group of --instance-groups (data, train)"],
+            **groups("data:1:ml.c5.xlarge,train:2:ml.g5.xlarge", "gpu"),
+        ),
+        case(
+            "distributed-empty",
+            ["--distribution-groups '': not a group"],
+            **groups("train:2:ml.g5.xlarge", ""),
+        ),
+        case(
+            "distributed-twice",
+            ["--distribution-groups train: given twice"],
+            **groups("train:2:ml.g5.xlarge", "train,train"),
+        ),
+        case(
+            "distributed-unnamed",
+            ["--distribution-groups: which of data, train run the distribution?"],
+            **groups("data:1:ml.c5.xlarge,train:2:ml.g5.xlarge"),
+        ),
+        case(
+            "distributed-without-groups",
+            ["--distribution-groups needs --instance-groups"],
+            distribution_groups=["train"],
+        ),
+        case(
+            "distributed-without-distribution",
+            ["--distribution-groups is for a distributed job, not --distribution none"],
+            distribution="none",
+            **groups("train:2:ml.g5.xlarge", "train"),
+        ),
+        case(
+            "warm-pool-local",
+            ["--warm-pool-cache is not for --instance-groups", "heterogeneous"],
+            "local",
+            warm_pool=True,
+            **groups("train:2", instance_type="ml.local"),
+        ),
+        case(
+            "warm-pool-launch",
+            ["--keep-alive-seconds is not for --instance-groups"],
+            warm_pool=True,
+            **groups("train:2:ml.g5.xlarge"),
+        ),
+        case(
+            "hp-distribution-groups",
+            ["--hp sagemaker_distribution_instance_groups: set by --distribution-groups"],
+            **hps('sagemaker_distribution_instance_groups=["a"]'),
+        ),
+        case(
+            "env-warm-pool-local",
+            ["--env SAGEMAKER_MANAGED_WARMPOOL_CACHE_DIRECTORY: set by --warm-pool-cache"],
+            "local",
+            **env("SAGEMAKER_MANAGED_WARMPOOL_CACHE_DIRECTORY=/x"),
+        ),
+        case(
+            "env-warm-pool-launch",
+            ["set by --keep-alive-seconds"],
+            **env("SAGEMAKER_MANAGED_WARMPOOL_CACHE_DIRECTORY=/x"),
+        ),
+    ],
+)
+def test_instance_groups(src, tool, fields, words):
+    refused(src, words, tool, **fields)
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        pytest.param("train", ["--instance-groups 'train': NAME:COUNT[:TYPE]"], id="no-count"),
+        pytest.param("a:1:ml.c5.xlarge:x", ["--instance-groups 'a:1:ml.c5.xlarge:x'"], id="extra"),
+        pytest.param("train:two", ["the count 'two' is not a whole number"], id="word"),
+        pytest.param("a:1,,b:1", ["--instance-groups ''"], id="empty-item"),
+        pytest.param("a:" + "9" * 5000, ["is not a whole number"], id="huge"),
+    ],
+)
+def test_instance_groups_spelling(text, words):
+    with pytest.raises(HostError) as caught:
+        job.parse_instance_groups(text)
+    assert caught.value.code == 2
+    for word in words:
+        assert word in str(caught.value)
