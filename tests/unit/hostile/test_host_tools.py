@@ -312,82 +312,52 @@ def test_local_train_warm_pool_cache_may_start_with_a_tilde(place, capsys, monke
     assert (place.root / "cache").is_dir()
 
 
+def refusal(case_id: str, words: list[str], *argv: str):
+    return pytest.param(list(argv), words, id=case_id)
+
+
+CACHE = "--warm-pool-cache"
+
+
 @pytest.mark.parametrize(
-    ("argv", "fs", "words"),
+    ("argv", "words"),
     [
-        pytest.param(
-            ["--warm-pool-cache", "cache"],
-            None,
-            ["--warm-pool-cache cache", "absolute"],
-            id="relative",
-        ),
-        pytest.param(
-            ["--warm-pool-cache", "{work}/data/a.txt"], None, ["not a directory"], id="file"
-        ),
-        pytest.param(
-            ["--warm-pool-cache", "{work}/link"],
-            "cache-link",
-            ["leads elsewhere", "outside"],
-            id="link",
-        ),
-        pytest.param(
-            ["--warm-pool-cache", "{work}/link/sub"],
-            "cache-link",
-            ["leads elsewhere"],
-            id="through-link",
-        ),
-        pytest.param(
-            ["--warm-pool-cache", "{work}/c:d"],
-            None,
-            ["--warm-pool-cache", "':'"],
-            id="volume-spec",
-        ),
-        pytest.param(
-            ["--warm-pool-cache", "{work}"], None, ["overlaps --out"], id="holds-the-jobs"
-        ),
-        pytest.param(["--warm-pool-cache", "/"], None, ["overlaps --out"], id="root"),
-        pytest.param(
-            ["--warm-pool-cache", "{work}/src/cache", *SRC],
-            None,
-            ["overlaps --source-dir"],
-            id="in-source",
-        ),
-        pytest.param(
-            ["--warm-pool-cache", "{work}/c", "--instance-groups", "a:2"],
-            None,
+        refusal("relative", ["--warm-pool-cache cache", "absolute"], CACHE, "cache"),
+        refusal("file", ["not a directory"], CACHE, "{work}/data/a.txt"),
+        refusal("link", ["leads elsewhere", "outside"], CACHE, "{work}/link"),
+        refusal("through-link", ["leads elsewhere"], CACHE, "{work}/link/sub"),
+        refusal("volume-spec", ["--warm-pool-cache", "':'"], CACHE, "{work}/c:d"),
+        refusal("holds-the-jobs", ["overlaps --out"], CACHE, "{work}"),
+        refusal("root", ["overlaps --out"], CACHE, "/"),
+        refusal("in-source", ["overlaps --source-dir"], CACHE, "{work}/src/cache", *SRC),
+        refusal(
+            "groups",
             ["--warm-pool-cache is not for --instance-groups"],
-            id="groups",
+            *(CACHE, "{work}/c", "--instance-groups", "a:2"),
         ),
-        pytest.param(
-            ["--instance-groups", "a:1,b:2", "--distribution-groups", "b", "--hosts", "2"],
-            None,
+        refusal(
+            "hosts-disagree",
             ["--hosts 2 disagrees with --instance-groups (3 hosts)"],
-            id="hosts-disagree",
+            *("--instance-groups", "a:1,b:2", "--distribution-groups", "b", "--hosts", "2"),
         ),
-        pytest.param(
-            ["--instance-groups", "a:1,b:2"],
-            None,
-            ["--distribution-groups: which of a, b"],
-            id="unnamed",
+        refusal(
+            "unnamed", ["--distribution-groups: which of a, b"], "--instance-groups", "a:1,b:2"
         ),
-        pytest.param(
-            ["--instance-groups", "a:1", "--distribution-groups", "x"],
-            None,
+        refusal(
+            "unknown",
             ["--distribution-groups 'x'"],
-            id="unknown",
+            *("--instance-groups", "a:1", "--distribution-groups", "x"),
         ),
-        pytest.param(
-            ["--instance-groups", "a:1:ml.x", "--instance-type", "ml.y"],
-            None,
+        refusal(
+            "unused-type",
             ["--instance-type ml.y: every group"],
-            id="unused-type",
+            *("--instance-groups", "a:1:ml.x", "--instance-type", "ml.y"),
         ),
-        pytest.param(["--instance-groups", ""], None, ["--instance-groups ''"], id="empty"),
+        refusal("empty", ["--instance-groups ''"], "--instance-groups", ""),
     ],
 )
-def test_local_train_groups_and_warm_pool_cache(place, capsys, argv, fs, words):
-    if fs == "cache-link":
-        (place.work / "link").symlink_to(place.outside)
+def test_local_train_groups_and_warm_pool_cache(place, capsys, argv, words):
+    (place.work / "link").symlink_to(place.outside)
     refused_locally(place, capsys, argv, 2, words)
 
 
@@ -658,67 +628,53 @@ def test_launch_reaches_the_job_description(aws_env, tmp_path, capsys, argv, wor
     refused_by_launch(tmp_path, capsys, argv, words)
 
 
+KEEP = "--keep-alive-seconds"
+PLAN = "--training-plan-arn"
+
+
 @pytest.mark.parametrize(
     ("argv", "words"),
     [
-        pytest.param(
-            ["--instance-groups", "a:0"],
-            ["--instance-groups a: the count must be 1-"],
-            id="group-empty",
+        refusal(
+            "group-empty", ["--instance-groups a: the count must be 1-"], "--instance-groups", "a:0"
         ),
-        pytest.param(
-            ["--instance-groups", "a:1", "--instance-count", "1"],
+        refusal(
+            "count",
             ["--instance-count is not for"],
-            id="count",
+            "--instance-groups",
+            "a:1",
+            "--instance-count",
+            "1",
         ),
-        pytest.param(
-            ["--instance-groups", "a:1:ml.p9.huge,b:1", "--distribution-groups", "a"],
+        refusal(
+            "group-type",
             ["--instance-groups a: 'ml.p9.huge' is not a SageMaker training"],
-            id="group-type",
+            *("--instance-groups", "a:1:ml.p9.huge,b:1", "--distribution-groups", "a"),
         ),
-        pytest.param(
-            ["--instance-groups", "a:1,b:1", "--distribution-groups", "c"],
+        refusal(
+            "unknown",
             ["--distribution-groups 'c'"],
-            id="unknown",
+            *("--instance-groups", "a:1,b:1", "--distribution-groups", "c"),
         ),
-        pytest.param(
-            ["--keep-alive-seconds", "21601"],
-            ["--keep-alive-seconds must be 0-21600 s"],
-            id="keep-alive",
-        ),
-        pytest.param(
-            ["--keep-alive-seconds", "-1"],
-            ["--keep-alive-seconds must be 0-21600 s"],
-            id="keep-alive-negative",
-        ),
-        pytest.param(
-            ["--keep-alive-seconds", "600", "--spot"],
-            ["warm pools do not take --spot"],
-            id="keep-alive-spot",
-        ),
-        pytest.param(
-            ["--keep-alive-seconds", "600", "--instance-groups", "a:2"],
+        refusal("keep-alive", ["--keep-alive-seconds must be 0-21600 s"], KEEP, "21601"),
+        refusal("keep-alive-negative", ["--keep-alive-seconds must be 0-21600 s"], KEEP, "-1"),
+        refusal("keep-alive-spot", ["warm pools do not take --spot"], KEEP, "600", "--spot"),
+        refusal(
+            "keep-alive-groups",
             ["--keep-alive-seconds is not for --instance-groups"],
-            id="keep-alive-groups",
+            *(KEEP, "600", "--instance-groups", "a:2"),
         ),
-        pytest.param(
-            ["--training-plan-arn", "arn:aws:sagemaker:us-east-1:123456789012:training-plan/p\n"],
+        refusal(
+            "plan-newline",
             ["--training-plan-arn", "control"],
-            id="plan-newline",
+            *(PLAN, "arn:aws:sagemaker:us-east-1:123456789012:training-plan/p\n"),
         ),
-        pytest.param(
-            [
-                "--training-plan-arn",
-                "arn:aws:iam::123456789012:role/not-a-plan-but-long-enough-to-pass",
-            ],
+        refusal(
+            "plan-not-a-plan",
             ["does not match SageMaker's TrainingPlanArn pattern"],
-            id="plan-not-a-plan",
+            *(PLAN, "arn:aws:iam::123456789012:role/not-a-plan-but-long-enough-to-pass"),
         ),
-        pytest.param(
-            ["--training-plan-arn", "arn:aws:sagemaker:x"],
-            ["TrainingPlanArn allows 50-2048"],
-            id="plan-short",
-        ),
+        refusal("plan-short", ["TrainingPlanArn allows 50-2048"], PLAN, "arn:aws:sagemaker:x"),
     ],
 )
 def test_launch_groups_warm_pools_and_plans(aws_env, tmp_path, capsys, argv, words):
