@@ -27,6 +27,11 @@ class Channel:
 
 @dataclass(frozen=True)
 class JobConfig:
+    """hosts: the world, the hosts the launcher runs across (with instance groups: those of the
+    distribution groups; else every host), its first the leader. job_hosts: every host of the
+    job (empty: the same as hosts). A host of the job outside the world runs the program alone
+    (an outsider) but meets, ends and fails with the job."""
+
     root: Path
     current_host: str
     hosts: list[str]
@@ -36,6 +41,9 @@ class JobConfig:
     channels: list[Channel] = field(default_factory=list)
     resource_config: dict[str, Any] = field(default_factory=dict)
     input_data_config: dict[str, Any] = field(default_factory=dict)
+    job_hosts: list[str] = field(default_factory=list)
+    current_group: str | None = None
+    groups: dict[str, list[str]] = field(default_factory=dict)  # instance group -> its hosts
 
     @property
     def leader(self) -> str:
@@ -44,6 +52,24 @@ class JobConfig:
     @property
     def is_leader(self) -> bool:
         return self.current_host == self.leader
+
+    @property
+    def everyone(self) -> list[str]:
+        """Every host of the job, the world's and the outsiders."""
+        return self.job_hosts or self.hosts
+
+    @property
+    def others(self) -> list[str]:
+        """Every host of the job but the leader: those the leader meets and ends with."""
+        return [h for h in self.everyone if h != self.leader]
+
+    @property
+    def outsiders(self) -> list[str]:
+        return [h for h in self.everyone if h not in self.hosts]
+
+    @property
+    def in_world(self) -> bool:
+        return self.current_host in self.hosts
 
     def path(self, relative: str) -> Path:
         return self.root / relative
@@ -71,6 +97,7 @@ MAX_CHANNEL_NAME = 64
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 HOST_NAME = re.compile(rf"{_LABEL}(?:\.{_LABEL})*")  # RFC 1123 host names
 CHANNEL_NAME = re.compile(r"[A-Za-z0-9.\-_]+")  # SageMaker's ChannelName pattern
+GROUP_NAME = re.compile(r".{1,64}", re.S)  # SageMaker's InstanceGroupName: 1 to 64 characters
 INPUT_MODES = ("File", "Pipe", "FastFile")
 S3_DISTRIBUTIONS = ("FullyReplicated", "ShardedByS3Key")
 RECORD_WRAPPERS = ("None", "RecordIO")
@@ -144,12 +171,79 @@ def read_resource_config(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: hosts: a host is listed twice: {hosts!r}")
     for name in ("network_interface_name", "current_instance_type", "current_group_name"):
         _optional_str(path, data, name)
-    groups = data.get("instance_groups")
-    if groups is not None and not (
-        isinstance(groups, list) and all(isinstance(g, dict) for g in groups)
-    ):
-        raise ConfigError(f"{path}: instance_groups: must be a list of objects")
+    read_instance_groups(path, data)
     return data
+
+
+def read_instance_groups(path: Path, data: dict[str, Any]) -> dict[str, list[str]]:
+    """resourceconfig.json's instance_groups as {group: its hosts}, checked against hosts and
+    current_host ({} where there are none)."""
+    groups = data.get("instance_groups")
+    if groups is None:
+        return {}
+    if not isinstance(groups, list) or not all(isinstance(g, dict) for g in groups):
+        raise ConfigError(f"{path}: instance_groups: must be a list of objects")
+    found: dict[str, list[str]] = {}
+    owner: dict[str, str] = {}
+    for i, group in enumerate(groups):
+        name = group.get("instance_group_name")
+        where = f"{path}: instance_groups[{i}].instance_group_name"
+        if not isinstance(name, str) or not GROUP_NAME.fullmatch(name):
+            raise ConfigError(f"{where}: {name!r} is not a group name (1 to 64 characters)")
+        if name in found:
+            raise ConfigError(f"{where}: {name!r}: a group listed twice")
+        members = group.get("hosts")
+        if not isinstance(members, list) or not members:
+            raise ConfigError(f"{path}: instance_groups[{i}].hosts: group {name!r} has no hosts")
+        for host in members:
+            _host(path, f"instance_groups[{i}].hosts", host)
+            if host not in data["hosts"]:
+                raise ConfigError(
+                    f"{path}: instance_groups[{i}].hosts: {host!r} of group {name!r} is not "
+                    "one of hosts"
+                )
+            if host in owner:
+                raise ConfigError(
+                    f"{path}: instance_groups: {host!r} is in two groups, {owner[host]!r} and "
+                    f"{name!r}"
+                )
+            owner[host] = name
+        found[name] = sorted(members, key=natural_key)
+    if not found:
+        return {}
+    current = data["current_host"]
+    if current not in owner:
+        raise ConfigError(f"{path}: instance_groups: the current host {current!r} is in no group")
+    named = data.get("current_group_name")
+    if named and named != owner[current]:
+        raise ConfigError(
+            f"{path}: current_group_name: {named!r}, but {current!r} is in group {owner[current]!r}"
+        )
+    return found
+
+
+def world_hosts(
+    path: Path, hosts: list[str], groups: dict[str, list[str]], distributed: Any
+) -> list[str]:
+    """The hosts the launcher runs across: those of the distribution groups (the
+    hyperparameter the SDK sends with instance groups, path names its file), else every host."""
+    if distributed is None:
+        return hosts
+    hp = C.HP_DISTRIBUTION_GROUPS
+    if not isinstance(distributed, list) or not distributed:
+        raise ConfigError(f"{path}: {hp}: must be a list of instance group names")
+    if not groups:
+        raise ConfigError(
+            f"{path}: {hp}: names {distributed!r}, but resourceconfig.json has no instance_groups"
+        )
+    unknown = [g for g in distributed if not isinstance(g, str) or g not in groups]
+    if unknown:
+        raise ConfigError(
+            f"{path}: {hp}: {unknown!r} not among the instance groups {sorted(groups)!r}"
+        )
+    if len(set(distributed)) != len(distributed):
+        raise ConfigError(f"{path}: {hp}: a group named twice: {distributed!r}")
+    return sorted((h for g in distributed for h in groups[g]), key=natural_key)
 
 
 def _check_text(path: Path, what: str, text: str, limit: int) -> None:
@@ -246,10 +340,22 @@ def load(root: Path | None = None) -> JobConfig:
     resource = read_resource_config(root / C.RESOURCE_CONFIG)
     hyperparameters = read_hyperparameters(root / C.HYPERPARAMETERS)
     input_data, channels = read_input_data_config(root / C.INPUT_DATA_CONFIG)
+    everyone = sorted(resource["hosts"], key=natural_key)
+    groups = read_instance_groups(root / C.RESOURCE_CONFIG, resource)
+    world = world_hosts(
+        root / C.HYPERPARAMETERS,
+        everyone,
+        groups,
+        hyperparameters.get(C.HP_DISTRIBUTION_GROUPS),
+    )
+    current = resource["current_host"]
     return JobConfig(
         root=root,
-        current_host=resource["current_host"],
-        hosts=sorted(resource["hosts"], key=natural_key),
+        current_host=current,
+        hosts=world,
+        job_hosts=everyone,
+        current_group=next((g for g, hs in groups.items() if current in hs), None),
+        groups=groups,
         network_interface=resource.get("network_interface_name") or None,
         instance_type=resource.get("current_instance_type") or None,
         hyperparameters=hyperparameters,

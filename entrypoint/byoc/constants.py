@@ -22,6 +22,9 @@ FAILURE_FILE = "output/failure"
 SAGEMAKER_PROGRAM = "SAGEMAKER_PROGRAM"
 SAGEMAKER_SUBMIT_DIRECTORY = "SAGEMAKER_SUBMIT_DIRECTORY"
 TRAINING_JOB_NAME = "TRAINING_JOB_NAME"
+# A managed warm pool's directory that outlives the job on the same instance (byoc.warmpool).
+WARMPOOL_CACHE_ENV = "SAGEMAKER_MANAGED_WARMPOOL_CACHE_DIRECTORY"
+WARMPOOL_MIN_FREE = 1 << 30  # bytes free below which the cache is not used (a full disk)
 
 # --- hyperparameters that steer the launcher (all removed from the user's arguments) ----------
 HP_PREFIX = "sagemaker_"
@@ -31,6 +34,8 @@ HP_MPI_ENABLED = "sagemaker_mpi_enabled"  # SDK v2 distribution={"mpi": ...}
 HP_PROCESSES_PER_HOST = "sagemaker_mpi_num_of_processes_per_host"
 HP_CUSTOM_MPI_OPTIONS = "sagemaker_mpi_custom_mpi_options"
 HP_TORCH_DISTRIBUTED_ENABLED = "sagemaker_torch_distributed_enabled"  # {"torch_distributed": ...}
+# With instance groups: the groups the distribution runs on (a JSON list of names).
+HP_DISTRIBUTION_GROUPS = "sagemaker_distribution_instance_groups"
 # smdistributed launchers this image does not have (SDK v2 "smdistributed" and "pytorchddp").
 HP_SMDISTRIBUTED = ("sagemaker_distributed_dataparallel_enabled", "sagemaker_pytorch_ddp_enabled")
 
@@ -69,6 +74,8 @@ DEFAULT_TORCHRUN_PORT = 29500
 SSH_TRUST_ENV = "BYOC_SSH_TRUST"
 SSH_TRUST_MODES = ("auto", "on", "off")
 REPORT_TIMEOUT = 30.0  # s the leader waits for the workers' results once its own is known
+# s a host's ranks get to notice another host's failure (or the job's end) themselves
+END_GRACE = 20.0
 # byoc-discover-hosts (byoc.discover): horovodrun --host-discovery-script for elastic jobs.
 DISCOVER_HOSTS_ENV = "BYOC_DISCOVER_HOSTS"  # candidates: node{0..7}, a,b, each with :slots
 DISCOVER_FILE_ENV = "BYOC_DISCOVER_FILE"  # or a file of them, one `host[:slots]` a line

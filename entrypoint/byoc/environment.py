@@ -69,7 +69,7 @@ _DISTRIBUTED = (
 def _instance_groups(cfg: JobConfig) -> dict[str, Any]:
     """The toolkit's heterogeneous-cluster variables (one group, homogeneousCluster, usually)."""
     resource = cfg.resource_config
-    current = resource.get("current_group_name") or "homogeneousCluster"
+    current = cfg.current_group or resource.get("current_group_name") or "homogeneousCluster"
     groups = [
         g
         for g in resource.get("instance_groups") or []
@@ -80,7 +80,7 @@ def _instance_groups(cfg: JobConfig) -> dict[str, Any]:
         for k, v in cfg.hyperparameters.items()
         if k.startswith(C.HP_PREFIX) and k not in TOOLKIT_HYPERPARAMETERS
     }
-    distribution = framework.get("sagemaker_distribution_instance_groups")
+    distribution = framework.get(C.HP_DISTRIBUTION_GROUPS)
     if distribution is None:
         distribution = [current] if any(framework.get(k) for k in _DISTRIBUTED) else []
     return {
@@ -94,6 +94,51 @@ def _instance_groups(cfg: JobConfig) -> dict[str, Any]:
         "SM_IS_HETERO": len(groups) > 1,
         "SM_FRAMEWORK_PARAMS": framework,
     }
+
+
+def host_facts(cfg: JobConfig, *, num_gpus: int, num_cpus: int) -> dict[str, Any]:
+    """SM_TRAINING_ENV's fields that differ between hosts, for this host."""
+    return {
+        "current_host": cfg.current_host,
+        "current_instance_type": cfg.instance_type or "local",
+        "network_interface_name": cfg.network_interface or "eth0",  # the toolkit's default
+        "num_cpus": num_cpus,
+        "num_gpus": num_gpus,
+        "resource_config": cfg.resource_config,
+    }
+
+
+def host_variables(cfg: JobConfig, *, num_gpus: int, num_cpus: int) -> dict[str, str]:
+    """The SM_* variables that differ between hosts, for this host: a rank started on another
+    host by the leader's launcher gets them from that host's own contract (byoc.rank)."""
+    facts = host_facts(cfg, num_gpus=num_gpus, num_cpus=num_cpus)
+    env = {
+        C.SM_CURRENT_HOST: cfg.current_host,
+        C.SM_CURRENT_HOST_RANK: str(cfg.everyone.index(cfg.current_host)),
+        C.SM_CURRENT_INSTANCE_TYPE: facts["current_instance_type"],
+        C.SM_NETWORK_INTERFACE_NAME: facts["network_interface_name"],
+        C.SM_NUM_GPUS: str(num_gpus),
+        C.SM_NUM_CPUS: str(num_cpus),
+        C.SM_RESOURCE_CONFIG: _env_value(cfg.resource_config),
+    }
+    env.update({k: _env_value(v) for k, v in _instance_groups(cfg).items()})
+    return env
+
+
+def for_this_host(
+    env: dict[str, str], cfg: JobConfig, *, num_gpus: int, num_cpus: int
+) -> dict[str, str]:
+    """env (what the leader's launcher forwarded to a rank here) with this host's own per-host
+    variables, and SM_TRAINING_ENV's per-host fields, in place of the leader's."""
+    out = {**env, **host_variables(cfg, num_gpus=num_gpus, num_cpus=num_cpus)}
+    try:
+        training_env = json.loads(env.get(C.SM_TRAINING_ENV) or "")
+    except ValueError:
+        return out
+    if isinstance(training_env, dict):
+        training_env.update(host_facts(cfg, num_gpus=num_gpus, num_cpus=num_cpus))
+        out[C.SM_TRAINING_ENV] = _env_value(training_env)
+    return out
 
 
 def sm_variables(
@@ -112,9 +157,7 @@ def sm_variables(
     module_name = os.path.splitext(os.path.basename(entry_point))[0]
     training_env: dict[str, Any] = {
         "channel_input_dirs": channel_dirs,
-        "current_host": cfg.current_host,
-        "current_instance_type": cfg.instance_type or "local",
-        "hosts": cfg.hosts,
+        "hosts": cfg.everyone,
         "hyperparameters": hps,
         "input_config_dir": str(root / "input" / "config"),
         "input_data_config": cfg.input_data_config,
@@ -124,13 +167,10 @@ def sm_variables(
         "model_dir": str(root / C.MODEL_DIR),
         "module_dir": module_dir,
         "module_name": module_name,
-        "network_interface_name": cfg.network_interface or "eth0",
-        "num_cpus": num_cpus,
-        "num_gpus": num_gpus,
         "output_data_dir": str(root / C.OUTPUT_DATA_DIR),
         "output_dir": str(root / C.OUTPUT_DIR),
-        "resource_config": cfg.resource_config,
         "user_entry_point": os.path.basename(entry_point),
+        **host_facts(cfg, num_gpus=num_gpus, num_cpus=num_cpus),
     }
     env = {
         C.SM_MODEL_DIR: str(root / C.MODEL_DIR),
@@ -142,27 +182,20 @@ def sm_variables(
         C.SM_CHECKPOINT_DIR: str(root / C.CHECKPOINT_DIR),
         C.SM_CHANNELS: _env_value(sorted(channel_dirs)),
         C.SM_HPS: _env_value(hps),
-        C.SM_HOSTS: _env_value(cfg.hosts),
-        C.SM_CURRENT_HOST: cfg.current_host,
-        C.SM_HOST_COUNT: str(len(cfg.hosts)),
-        C.SM_CURRENT_HOST_RANK: str(cfg.hosts.index(cfg.current_host)),
-        C.SM_MASTER_ADDR: cfg.leader,
-        C.SM_NUM_GPUS: str(num_gpus),
-        C.SM_NUM_CPUS: str(num_cpus),
+        C.SM_HOSTS: _env_value(cfg.everyone),
+        C.SM_HOST_COUNT: str(len(cfg.everyone)),
+        C.SM_MASTER_ADDR: cfg.leader,  # the world's first host
         "SM_NUM_NEURONS": "0",  # no Neuron SDK in this image
         C.SM_USER_ARGS: _env_value(user_args),
         C.SM_USER_ENTRY_POINT: os.path.basename(entry_point),
         C.SM_MODULE_DIR: module_dir,
         C.SM_MODULE_NAME: module_name,
-        C.SM_RESOURCE_CONFIG: _env_value(cfg.resource_config),
         C.SM_INPUT_DATA_CONFIG: _env_value(cfg.input_data_config),
         C.SM_LOG_LEVEL: "20",
         C.SM_FRAMEWORK_MODULE: "",
         C.SM_TRAINING_ENV: _env_value(training_env),
     }
-    env[C.SM_NETWORK_INTERFACE_NAME] = cfg.network_interface or "eth0"  # the toolkit's default
-    env[C.SM_CURRENT_INSTANCE_TYPE] = cfg.instance_type or "local"
-    env.update({k: _env_value(v) for k, v in _instance_groups(cfg).items()})
+    env.update(host_variables(cfg, num_gpus=num_gpus, num_cpus=num_cpus))
     for name, path in channel_dirs.items():
         env[C.SM_CHANNEL_PREFIX + env_key(name)] = path
     for key, value in hps.items():

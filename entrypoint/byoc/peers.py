@@ -68,8 +68,7 @@ def lead(
     state.fill_addresses(
         cfg.leader, coordinator.host_addresses(socket.gethostname()) - {"127.0.0.1"}
     )
-    workers = cfg.hosts[1:]
-    missing = state.wait_for(state.missing_members(workers), settings.peer_timeout, stop)
+    missing = state.wait_for(state.missing_members(cfg.others), settings.peer_timeout, stop)
     if missing:
         raise JobError(
             f"host(s) {', '.join(sorted(missing))} did not join the job within "

@@ -6,6 +6,9 @@ Launchers (docs/sagemaker.md, "Which client, which distribution, what runs"):
   torchrun  torchrun on every host, rendezvous on the first (sagemaker_torch_distributed_enabled)
   none      the program once on every host, no launcher
 BYOC_LAUNCHER overrides what the hyperparameters ask for.
+With instance groups, the launcher runs across the distribution groups' hosts only (the world,
+JobConfig.hosts); a host outside them is an "outsider": it runs the program alone, as the
+DLC's toolkit does, and meets, ends and fails with the job (byoc.launch.outsider).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ HPS = C.HYPERPARAMETERS.rsplit("/", 1)[-1]  # the file errors name
 
 @dataclass(frozen=True)
 class Plan:
-    role: str  # "single", "leader" or "worker"
+    role: str  # "single", "leader", "worker" or "outsider"
     launcher: str  # one of C.LAUNCHERS
     slots: int
     world_size: int
@@ -171,7 +174,13 @@ def make_plan(
     slots = slots_per_host(hps, num_gpus, settings)
     multi = len(cfg.hosts) > 1
     role = ("leader" if cfg.is_leader else "worker") if multi else "single"
+    if len(cfg.everyone) > 1 and role == "single":
+        role = "leader"  # a world of one host, with outsiders to lead
     env: dict[str, str] = {}
+    if launcher != "none" and not cfg.in_world:
+        role, slots = "outsider", 1
+        command = clean_exit_program(program) if settings.clean_exit else list(program)
+        return Plan(role=role, launcher=launcher, slots=1, world_size=1, command=command)
     if launcher == "horovod":
         command = horovodrun_command(
             cfg,

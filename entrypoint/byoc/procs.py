@@ -87,6 +87,18 @@ def end(proc: subprocess.Popen, grace: float = 40.0) -> None:
             proc.kill()
 
 
+def end_after_grace(proc: subprocess.Popen, why: str, grace: float) -> None:
+    """Give proc grace s to end by itself (its ranks' own errors are the better report), then
+    end it, saying why."""
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        print(
+            f"byoc: {why}; this host's ranks still run {grace:.0f} s later: ending them", flush=True
+        )
+        end(proc)
+
+
 def _others() -> list[int]:
     """Every process in this PID namespace but PID 1 and this one."""
     me = os.getpid()

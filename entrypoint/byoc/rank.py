@@ -1,18 +1,18 @@
-"""Run one rank's program with this host's own SM_CURRENT_HOST.
+"""Run one rank's program with this host's own per-host SM_* variables.
 
-horovodrun forwards the leader's environment to every rank, so ranks on worker hosts would see
-the leader's SM_CURRENT_HOST (and SM_CURRENT_HOST_RANK); this wrapper, run on each rank's host,
-reads that host's own resourceconfig.json, fixes them, then execs the program.
+horovodrun forwards the leader's environment to every rank, so ranks on other hosts would see the
+leader's SM_CURRENT_HOST, instance type, group, GPU count, resource config and SM_TRAINING_ENV's
+fields of them; this wrapper, run on each rank's host, recomputes them from that host's own
+contract (byoc.environment.for_this_host), then execs the program. The job's variables (hosts,
+hyperparameters, channels, the master) stay as forwarded.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
-from byoc import config
-from byoc import constants as C
+from byoc import config, environment, plan
 
 
 def main(argv: list[str]) -> int:
@@ -20,13 +20,15 @@ def main(argv: list[str]) -> int:
         print("usage: python -m byoc.rank PROGRAM [ARGS...]", file=sys.stderr)
         return 2
     try:
-        resource = json.loads((config.ml_root() / C.RESOURCE_CONFIG).read_text())
-        me = resource["current_host"]
-        os.environ[C.SM_CURRENT_HOST] = me
-        hosts = sorted(resource["hosts"], key=config.natural_key)
-        os.environ[C.SM_CURRENT_HOST_RANK] = str(hosts.index(me))
-    except (OSError, ValueError, KeyError, TypeError):
-        pass  # keep what was forwarded: better than failing the rank
+        cfg = config.load()
+    except config.ConfigError as exc:
+        # Keep what was forwarded: the leader read the same job; better than failing the rank.
+        print(f"byoc.rank: this host's own variables not set: {exc}", file=sys.stderr)
+    else:
+        own = environment.for_this_host(
+            dict(os.environ), cfg, num_gpus=plan.count_gpus(), num_cpus=os.cpu_count() or 1
+        )
+        os.environ.update(own)
     os.execvp(argv[0], argv)
     return 127  # not reached
 

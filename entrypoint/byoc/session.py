@@ -1,15 +1,19 @@
 """The one lifecycle of a multi-host job, shared by every launcher (horovod, torchrun, and the
-set-up for the SageMaker SDK's drivers): how the leader leads and a worker follows.
+set-up for the SageMaker SDK's drivers): how the leader leads and the other hosts follow.
 
-leader: Leading(...) serves the coordinator -> meet(keys) until every worker has joined
-        (bounded, names the missing) -> the launcher's own set-up -> running() -> the work ->
-        end(code): "done" with the job's result; gone once each worker has seen it (bounded,
-        so a dead worker cannot hold the leader)
-worker: Following(...) -> meet(keys): join at the leader, the complete list of members (bounded
+leader: Leading(...) serves the coordinator -> meet(keys) until every other host has joined
+        (bounded, names the missing) -> the launcher's own set-up -> running() -> the work,
+        guarded: another host's failure ends it (guard) -> collect(...) the others' results
+        (bounded) -> end(code): "done" with the job's result; gone once each host has seen it
+        (bounded, so a dead host cannot hold the leader)
+other:  Following(...) -> meet(keys): join at the leader, the complete list of members (bounded
         by BYOC_LEADER_TIMEOUT, then BYOC_LEADER_LOST_AFTER of silence) -> the launcher's own
-        set-up -> status(until) -> [report(result)] -> leave with its result
-What each launcher does in between (SSH trust and horovodrun, torchrun on every host, a
-platform's driver) stays in byoc.launch.<launcher>; the wire is byoc.coordinator's.
+        set-up -> started() -> the work, guarded: the leader's failure (or, for an outsider, the
+        job's end) ends it -> finish(result) -> leave with its result
+The other hosts are the world's workers and, with instance groups, the outsiders (hosts outside
+the distribution groups, which run the program alone: byoc.launch.outsider). What each launcher
+does in between (SSH trust and horovodrun, torchrun on every host, a platform's driver) stays in
+byoc.launch.<launcher>; the wire is byoc.coordinator's.
 """
 
 from __future__ import annotations
@@ -17,11 +21,25 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from byoc import coordinator, peers, ssh
+from byoc import constants as C
+from byoc import coordinator, peers, procs, report, ssh
 from byoc.config import JobConfig
+from byoc.errors import JobError
 from byoc.settings import Settings
 
-DONE_SEEN_WAIT = 15.0  # s the leader waits for its workers to collect the result
+DONE_SEEN_WAIT = 15.0  # s the leader waits for the other hosts to collect the result
+
+
+def failure_guard(state: coordinator.JobState) -> Callable:
+    """Watches proc beside procs.run_watched: ends it END_GRACE s after a host reported a
+    failure to state, unless it ends by itself."""
+
+    def watch(proc) -> None:
+        failed = state.wait_for_failure(lambda: proc.poll() is not None)
+        if proc.poll() is None:
+            procs.end_after_grace(proc, f"{', '.join(failed)} failed", C.END_GRACE)
+
+    return watch
 
 
 class Leading:
@@ -29,19 +47,19 @@ class Leading:
 
     def __init__(self, cfg: JobConfig, settings: Settings, stop: threading.Event | None = None):
         self.cfg, self.settings, self.stop = cfg, settings, stop
-        self.workers = cfg.hosts[1:]
-        self.state = coordinator.JobState(cfg.hosts)
+        self.workers = cfg.others
+        self.state = coordinator.JobState(cfg.everyone)
         self.server = coordinator.serve(self.state, settings.coordinator_port)
 
     def meet(self, keys: dict) -> list[ssh.Member]:
-        """Join with keys and wait (bounded) until every worker has; the job's members."""
+        """Join with keys and wait (bounded) until every other host has; the job's members."""
         return peers.lead(self.state, self.cfg, keys, self.settings, self.stop)
 
     def running(self) -> None:
         self.state.set("running")
 
     def result(self, code: int) -> None:
-        """Tell the workers this host's result now, while the job still ends (torchrun)."""
+        """Tell the others this host's result now, while the job still ends."""
         self.state.set("done", code)
 
     def wait_for(self, what: Callable[[], set[str]], timeout: float) -> set[str]:
@@ -49,9 +67,39 @@ class Leading:
         leader is stopped."""
         return self.state.wait_for(what, timeout, self.stop)
 
+    def guard(self) -> Callable:
+        """A guard for procs.run_watched: end this host's work once another host has reported
+        a failure."""
+        return failure_guard(self.state)
+
+    def collect(
+        self, code: int, failures: list[report.RankFailure], hosts: list[str], timeout: float
+    ) -> tuple[int, list[report.RankFailure]]:
+        """The job's result, once this host's is code (already told: result()): hosts' reports
+        (bounded by timeout), their failures added to failures. A host that says nothing has
+        not succeeded."""
+        late = self.wait_for(self.state.missing_reports(hosts), timeout)
+        if late and code == 0:
+            raise JobError(
+                f"Training failed: no result from {', '.join(sorted(late))} within "
+                f"{timeout:.0f} s of this host's end (its container stopped?)"
+            )
+        if late:
+            print(f"byoc: no result from {sorted(late)}", flush=True)
+        for host, result in sorted(self.state.reported().items()):
+            theirs = report.RankFailure.from_dict(result.get("failure"))
+            if theirs:
+                theirs.host = host
+                failures.append(theirs)
+            worst = result.get("exit_code")
+            if code == 0 and isinstance(worst, int) and worst != 0:
+                print(f"byoc: {host} failed ({report.describe_exit(worst)})", flush=True)
+                code = worst
+        return code, failures
+
     def end(self, code: int, wait_seen: bool = True) -> set[str]:
-        """ "done" with code; with wait_seen, wait (bounded) until every worker has seen it;
-        the coordinator stops. The workers that did not collect the result."""
+        """ "done" with code; with wait_seen, wait (bounded) until every other host has seen
+        it; the coordinator stops. The hosts that did not collect the result."""
         self.state.set("done", code)
         late = set()
         if wait_seen:
@@ -61,11 +109,15 @@ class Leading:
 
 
 class Following:
-    """A worker's side: everything it asks the leader goes through one client."""
+    """Another host's side: everything it asks the leader goes through one client."""
 
     def __init__(self, cfg: JobConfig, settings: Settings):
         self.cfg, self.settings = cfg, settings
         self.leader = peers.client(cfg, settings)
+        # Why the guard ended this host's work: "" (it did not), "success" (the job's world
+        # is done), "failure" (the leader failed with job_code) or "lost" (the leader is gone).
+        self.ended_by = ""
+        self.job_code: int | None = None
 
     def meet(self, keys: dict) -> list[ssh.Member]:
         """Join at the leader with keys, then the job's complete list of members."""
@@ -76,3 +128,69 @@ class Following:
 
     def report(self, result: dict) -> dict:
         return self.leader.report(result)
+
+    def started(self) -> None:
+        """Wait until the leader has started the job; a JobError if it failed first."""
+        me, leader = self.cfg.current_host, self.cfg.leader
+        try:
+            status = self.status(lambda s: s.get("state") in ("running", "done"))
+        except (coordinator.LeaderLost, coordinator.Refused) as exc:
+            raise JobError(f"{me}: {exc}; the job cannot start") from exc
+        if status.get("state") == "done":
+            code = int(status.get("exit_code") or 1)
+            raise JobError(
+                f"The job failed on the leader {leader} before it started "
+                f"({report.describe_exit(code)}); its failure file names the cause",
+                code,
+            )
+
+    def guard(self, end_on_success: bool = False) -> Callable:
+        """A guard for procs.run_watched: end this host's work once the leader has failed or
+        is gone, and with end_on_success once the leader is done at all (ended_by says which)."""
+        leader = self.cfg.leader
+
+        def watch(proc) -> None:
+            def over(status: dict) -> bool:
+                done = status.get("state") == "done"
+                return proc.poll() is not None or (
+                    done and (end_on_success or bool(status.get("exit_code")))
+                )
+
+            try:
+                status = self.status(over)
+            except (coordinator.LeaderLost, coordinator.Refused) as exc:
+                if proc.poll() is None:
+                    self.ended_by = "lost"
+                    procs.end_after_grace(proc, f"the leader {leader} is gone ({exc})", C.END_GRACE)
+                return
+            if proc.poll() is not None:
+                return
+            self.job_code = code = int(status.get("exit_code") or 0)
+            if code:
+                self.ended_by, why = (
+                    "failure",
+                    f"the leader {leader} failed ({report.describe_exit(code)})",
+                )
+            else:
+                self.ended_by, why = (
+                    "success",
+                    f"the job's world is done (the leader {leader} succeeded)",
+                )
+            procs.end_after_grace(proc, why, C.END_GRACE)
+
+        return watch
+
+    def finish(self, code: int, failures: list[report.RankFailure]) -> None:
+        """Report this host's result (its code, its first failure) to the leader."""
+        cause = report.root_cause(failures)
+        result = {
+            "host": self.cfg.current_host,
+            "exit_code": code,
+            "failure": cause.to_dict() if cause else None,
+        }
+        try:
+            self.report(result)
+        except (coordinator.LeaderLost, coordinator.Refused) as exc:
+            print(
+                f"byoc: could not report this host's result to {self.cfg.leader}: {exc}", flush=True
+            )

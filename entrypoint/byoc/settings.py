@@ -95,6 +95,9 @@ class Settings:
     term_grace: float
     ssh_trust: str  # BYOC_SSH_TRUST: auto, on, off
     clean_exit: bool = True  # BYOC_CLEAN_EXIT
+    # SAGEMAKER_MANAGED_WARMPOOL_CACHE_DIRECTORY as given ("": none); byoc.warmpool checks it,
+    # since a bad one must not stop the job.
+    warm_pool_cache: str = ""
 
 
 def load(env: dict[str, str]) -> Settings:
@@ -113,6 +116,7 @@ def load(env: dict[str, str]) -> Settings:
         term_grace=seconds(env, C.TERM_GRACE_ENV, C.DEFAULT_TERM_GRACE, high=3600),
         ssh_trust=choice(env, C.SSH_TRUST_ENV, C.SSH_TRUST_MODES, "auto"),
         clean_exit=flag(env, C.CLEAN_EXIT_ENV, True),
+        warm_pool_cache=env.get(C.WARMPOOL_CACHE_ENV, ""),
     )
 
 

@@ -13,25 +13,29 @@ import sys
 import traceback
 from pathlib import Path
 
-from byoc import code, config, doctor, environment, netif, plan, procs, report, settings
+from byoc import code, config, doctor, environment, netif, plan, procs, report, settings, warmpool
 from byoc import constants as C
 from byoc.errors import JobError, Terminated
 from byoc.launch import Job, Shutdown, failure_message
 from byoc.launch import horovod as horovod_launcher
+from byoc.launch import outsider as outsider_launcher
 from byoc.launch import torchrun as torchrun_launcher
 
 SHUTDOWN = Shutdown()
 
 
 def prepare(
-    cfg: config.JobConfig, env: dict[str, str], launcher: str
+    cfg: config.JobConfig, env: dict[str, str], launcher: str, the_settings: settings.Settings
 ) -> tuple[code.Program, list[str], dict[str, str], int]:
     """Code, arguments and environment of the user's program on this host."""
     hps = cfg.hyperparameters
     code_dir = cfg.path(C.CODE_DIR)
+    cache = warmpool.prepare(the_settings.warm_pool_cache)
+    if cache.note:
+        print(f"byoc: {cache.note}", flush=True)
     try:
         code.stage(code.submit_directory(hps, env), code_dir)
-        code.install_requirements(code_dir)
+        code.install_requirements(code_dir, cache.pip)
         program = code.resolve(
             code.program_name(hps, env), code_dir, plan.default_program(launcher)
         )
@@ -51,10 +55,14 @@ def prepare(
     for d in (C.MODEL_DIR, C.OUTPUT_DATA_DIR, C.CHECKPOINT_DIR):
         cfg.path(d).mkdir(parents=True, exist_ok=True)
     run_env = environment.merged_environment(env, sm)
+    for key, value in cache.env.items():
+        run_env.setdefault(key, value)  # the user's own cache directories win
     return program, [*program.command, *user_args], run_env, num_gpus
 
 
 def _launch(job: Job) -> tuple[int, list[report.RankFailure]]:
+    if job.plan.role == "outsider":
+        return outsider_launcher.run(job)
     if job.plan.launcher == "horovod":
         return horovod_launcher.run(job)
     if job.plan.launcher == "torchrun":
@@ -75,9 +83,9 @@ def run_job(root: Path | None) -> tuple[int, str | None, Path]:
         cfg = config.load(root)
         print(f"byoc: {doctor.summary(env)}", flush=True)
         launcher, why = plan.choose_launcher(cfg.hyperparameters, the_settings.launcher)
-        program, command, run_env, num_gpus = prepare(cfg, env, launcher)
+        program, command, run_env, num_gpus = prepare(cfg, env, launcher, the_settings)
         interface = None
-        if len(cfg.hosts) > 1:
+        if len(cfg.everyone) > 1:
             interface, note = netif.choose(cfg.network_interface)
             if note:
                 print(f"byoc: {note}", flush=True)
@@ -91,13 +99,14 @@ def run_job(root: Path | None) -> tuple[int, str | None, Path]:
         )
         for key, value in the_plan.env.items():
             run_env.setdefault(key, value)  # the user's own settings win
+        groups = f" (distribution groups' hosts; job: {cfg.everyone})" if cfg.outsiders else ""
         print(
-            f"byoc: {the_plan.role} {cfg.current_host} of {cfg.hosts}; launcher {launcher} "
-            f"({why}); {the_plan.slots} process(es) per host, world size "
+            f"byoc: {the_plan.role} {cfg.current_host} of {cfg.hosts}{groups}; launcher "
+            f"{launcher} ({why}); {the_plan.slots} process(es) per host, world size "
             f"{the_plan.world_size}; program {program.entry_point}",
             flush=True,
         )
-        if len(cfg.hosts) > 1 and launcher != "none" and not procs.in_our_container():
+        if len(cfg.everyone) > 1 and launcher != "none" and not procs.in_our_container():
             raise JobError(
                 "a job of several hosts runs only in the image's container (byoc-init as PID "
                 "1): it writes SSH configuration and opens ports, which it will not do on this "

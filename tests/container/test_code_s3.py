@@ -17,6 +17,7 @@ import zipfile
 
 import pytest
 
+from tests.container.conftest import sdk_encode
 from tests.helpers import wait_until
 
 MOTO = "moto[server]==5.2.5"  # the version requirements-dev.txt pins
@@ -39,10 +40,6 @@ print("S3 READY", flush=True)
 while True:
     time.sleep(60)
 """
-
-
-def sdk_encode(hps: dict) -> str:
-    return json.dumps({k: json.dumps(v) for k, v in hps.items()})
 
 
 def tiny_wheel() -> tuple[str, bytes]:
@@ -139,7 +136,7 @@ def test_code_from_s3_with_requirements_runs(client, containers, tmp_path, moto_
         }
 
         def train():
-            (config / "hyperparameters.json").write_text(sdk_encode(hps))
+            (config / "hyperparameters.json").write_text(json.dumps(sdk_encode(hps)))
             return containers.run(
                 ["train"],
                 timeout=240,

@@ -3,7 +3,6 @@ with each launcher the SDKs ask for (horovodrun for "mpi", torchrun for "torch_d
 
 from __future__ import annotations
 
-import contextlib
 import json
 import random
 import re
@@ -12,94 +11,18 @@ import struct
 import subprocess
 import threading
 import time
-import uuid
 
 import pytest
 from byoc.data.framing import recordio_frame
 
-from tests import helpers
-from tests.container.conftest import SCRIPTS, logs, processes
+from tests.container.conftest import HOSTS, SCRIPTS, logs, sdk_encode
 from tests.helpers import wait_until
 from tests.pipe_fake import FakePipe
 
-HOSTS = ["algo-1", "algo-2"]
 FAST = {"samples": "2048", "epochs": "2"}
 LAUNCHERS = ["horovod", "torchrun"]
 # The image's example for each: Horovod, DDP.
 RANK_LINE = re.compile(r"rank (\d)/4 local_rank \d on \S+ host (\S+) device cpu")
-
-
-def sdk_encode(hps: dict) -> dict:
-    return {k: json.dumps(v) for k, v in hps.items()}
-
-
-@pytest.fixture
-def job(client, containers, tmp_path):
-    """Start SageMaker-style instances of the image on a private network; removed afterwards."""
-    network = client.networks.create(f"byoc-test-{uuid.uuid4().hex[:8]}", internal=True)
-    started = {}
-
-    def write(host, hosts, hps):
-        root = tmp_path / host
-        cfg = root / "input" / "config"
-        cfg.mkdir(parents=True, exist_ok=True)
-        (cfg / "resourceconfig.json").write_text(
-            json.dumps({"current_host": host, "hosts": hosts, "network_interface_name": "eth0"})
-        )
-        (cfg / "hyperparameters.json").write_text(json.dumps(hps))
-        (cfg / "inputdataconfig.json").write_text("{}")
-        return root
-
-    def start(host, hosts=HOSTS, hps=None, env=None, write_config=True, launcher="horovod"):
-        """As the SDK v2 sends distribution={"mpi": {"enabled": True, "processes_per_host": 2}}
-        or {"torch_distributed": {"enabled": True}} (no count: 2 CPU slots by the setting)."""
-        if launcher == "torchrun":
-            distribution = {"sagemaker_torch_distributed_enabled": True}
-        else:
-            distribution = {
-                "sagemaker_mpi_enabled": True,
-                "sagemaker_mpi_num_of_processes_per_host": 2,
-            }
-        hps = sdk_encode({**distribution, **(hps or {})})
-        root = write(host, hosts, hps) if write_config else tmp_path / host
-        c = containers.start(
-            ["train"],
-            volumes={str(root): {"bind": "/opt/ml", "mode": "rw"}},
-            environment={
-                "BYOC_LEADER_TIMEOUT": "120",
-                "BYOC_LEADER_LOST_AFTER": "20",
-                "BYOC_CPU_SLOTS_PER_HOST": "2",
-                **(env or {}),
-            },
-            network=network.name,
-            # The alias is the name peers use; the hostname stays the container ID (local mode).
-            networking_config={network.name: client.api.create_endpoint_config(aliases=[host])},
-        )
-        started[host] = c
-        return c, root
-
-    def wait_all(timeout):
-        """{host: (exit code, seconds since the first start)}; every host must have ended."""
-        results = helpers.wait_all(started, timeout)
-        running = sorted(set(started) - set(results))
-        assert not running, f"{running} still running after {timeout} s:\n" + "\n".join(
-            f"--- {h}\n"
-            + logs(c)[-6000:]
-            + (f"--- {h} processes\n" + processes(c) if h in running else "")
-            for h, c in started.items()
-        )
-        return results
-
-    class Job:
-        pass
-
-    j = Job()
-    j.start, j.wait_all, j.started, j.write = start, wait_all, started, write
-    yield j
-    for c in started.values():
-        with contextlib.suppress(Exception):  # may be gone already
-            c.remove(force=True)
-    network.remove()
 
 
 def check_ranks(out: str) -> None:

@@ -286,21 +286,21 @@ def test_sigterm_stops_the_job_until_its_result_is_known():
     assert shutdown.requested.is_set()  # and the leader's last waits end now
 
 
-# --- torchrun: a host that failed ends the others' ranks ---------------------------------------
-def test_a_worker_that_failed_ends_the_leaders_torchrun_after_a_grace(monkeypatch, capsys):
+# --- a host that failed ends the others' ranks (torchrun; horovodrun with outsiders) -----------
+def test_a_worker_that_failed_ends_the_leaders_work_after_a_grace(monkeypatch, capsys):
     import subprocess
     import threading
     import time
 
-    from byoc import coordinator
-    from byoc.launch import torchrun
+    from byoc import constants as C
+    from byoc import coordinator, session
 
-    monkeypatch.setattr(torchrun, "END_GRACE", 0.5)
+    monkeypatch.setattr(C, "END_GRACE", 0.5)
     state = coordinator.JobState(["algo-1", "algo-2"], lambda h: {"127.0.0.1"})
     proc = subprocess.Popen(["sleep", "60"])
     try:
         t0 = time.monotonic()
-        guard = threading.Thread(target=torchrun._watch_workers(state), args=(proc,))
+        guard = threading.Thread(target=session.failure_guard(state), args=(proc,))
         guard.start()
         state.report({"host": "algo-2", "exit_code": 0}, None)  # a success ends nothing
         time.sleep(1.0)  # the deliberate delay under test: the guard must not act on it

@@ -6,10 +6,13 @@ leader: coordinator up -> hosts meet (keys swapped) -> trust written, sshd up ->
 worker: meet at the leader (bounded, however late the leader is) -> trust written, sshd up ->
         poll the leader until "done" -> exit with the job's result
 Workers accept the leader's key only (logins go one way), from the job's addresses only.
+With outsiders (instance groups), the leader also ends horovodrun when one of them reports a
+failure, and collects their results once horovodrun is done (byoc.session).
 """
 
 from __future__ import annotations
 
+from byoc import constants as C
 from byoc import coordinator, peers, plan, procs, session, ssh
 from byoc.deadline import Deadline
 from byoc.errors import JobError
@@ -55,7 +58,8 @@ def _leader(job: Job) -> int:
     exit_code = 1
     try:
         members = lead.meet(_keys(job))
-        _trust(job, members)
+        if workers:
+            _trust(job, members)
         deadline = Deadline(settings.peer_timeout, "BYOC_PEER_TIMEOUT")
         for host in workers:
             try:
@@ -65,8 +69,14 @@ def _leader(job: Job) -> int:
             print(f"byoc: {host} accepts SSH ({took:.1f} s)", flush=True)
         lead.running()
         print(f"byoc: launching {plan.describe(job.plan.command)}", flush=True)
-        exit_code = procs.run_watched(job.plan.command, job.env, job.cwd, job.watcher)
+        guard = lead.guard() if cfg.outsiders else None
+        exit_code = procs.run_watched(job.plan.command, job.env, job.cwd, job.watcher, guard)
         job.shutdown.result_known = True
+        if cfg.outsiders:
+            lead.result(exit_code)  # outsiders still running see the job's end
+            exit_code, _ = lead.collect(
+                exit_code, job.watcher.failures, cfg.outsiders, C.REPORT_TIMEOUT + C.END_GRACE
+            )
         return exit_code
     finally:
         # Leave as soon as every worker knows the result (bounded: a dead worker cannot hold us).

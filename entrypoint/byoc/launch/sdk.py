@@ -133,7 +133,7 @@ def prepare(argv: list[str], env: dict[str, str]) -> Session | tuple[int, str] |
         identity = ssh.home_ssh_dir() / "id_ed25519"
         keys = peers.own_keys(cfg.current_host, identity)
         job_session = Session()
-        if len(cfg.hosts) == 1:
+        if len(cfg.everyone) == 1:
             me = cfg.current_host
             addresses = sorted(coordinator.host_addresses(me) | {"127.0.0.1"})
             members = [ssh.Member(me, addresses, keys["user_key"], keys["host_keys"])]
@@ -143,7 +143,7 @@ def prepare(argv: list[str], env: dict[str, str]) -> Session | tuple[int, str] |
             follow = session.Following(cfg, the_settings)
             members = follow.meet(keys)
             job_session = _follower(follow, cfg, root)
-        ssh.write_trust(members, cfg.hosts, cfg.current_host, SDK_SSH_PORT, identity)
+        ssh.write_trust(members, cfg.everyone, cfg.current_host, SDK_SSH_PORT, identity)
         ssh.write_sshd_dropin(SDK_SSH_PORT, ssh.generate_host_keys())
         ssh.link_into_home(ssh.KNOWN_HOSTS, "known_hosts")
     except config.ConfigError as exc:
@@ -160,7 +160,7 @@ def prepare(argv: list[str], env: dict[str, str]) -> Session | tuple[int, str] |
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
         signal.signal(signal.SIGTERM, previous)
     print(
-        f"byoc-init: SSH trust for {driver or 'this command'} across {len(cfg.hosts)} host(s): "
+        f"byoc-init: SSH trust for {driver or 'this command'} across {len(cfg.everyone)} host(s): "
         f"per-job keys, both ways, port {SDK_SSH_PORT}, job hosts only",
         flush=True,
     )

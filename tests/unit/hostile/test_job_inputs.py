@@ -135,6 +135,57 @@ def test_instance_groups_of_the_wrong_type_are_refused(tmp_path):
     refused(tmp_path, f"{RC}: instance_groups: must be a list of objects")
 
 
+def group(name, *hosts, kind="ml.m5.xlarge") -> dict:
+    return {"instance_group_name": name, "instance_type": kind, "hosts": list(hosts)}
+
+
+HOSTS3 = ("algo-1", "algo-2", "algo-3")
+TWO_GROUPS = [group("data", "algo-1"), group("train", "algo-2", "algo-3")]
+
+
+@pytest.mark.parametrize(
+    ("groups", "extra", "message"),
+    [
+        ([group("data", "algo-1", "algo-2"), group("train", "algo-2", "algo-3")], {},
+         "instance_groups: 'algo-2' is in two groups, 'data' and 'train'"),
+        ([group("data", "algo-1"), group("train")], {},
+         "instance_groups[1].hosts: group 'train' has no hosts"),
+        ([group("data", "algo-2"), group("train", "algo-3")], {},
+         "instance_groups: the current host 'algo-1' is in no group"),
+        ([group("data", "algo-1"), group("train", "algo-2", "algo-9")], {},
+         "instance_groups[1].hosts: 'algo-9' of group 'train' is not one of hosts"),
+        ([group("data", "algo-1"), group("data", "algo-2", "algo-3")], {},
+         "instance_groups[1].instance_group_name: 'data': a group listed twice"),
+        ([group("", "algo-1"), group("train", "algo-2", "algo-3")], {},
+         "instance_groups[0].instance_group_name: '' is not a group name"),
+        (TWO_GROUPS, {"current_group_name": "train"},
+         "current_group_name: 'train', but 'algo-1' is in group 'data'"),
+    ],
+)  # fmt: skip
+def test_malformed_instance_groups_are_refused_naming_the_field(tmp_path, groups, extra, message):
+    tree(tmp_path, HOSTS3, hps=PROGRAM, instance_groups=groups, **extra)
+    refused(tmp_path, f"{RC}: {message}")
+
+
+@pytest.mark.parametrize(
+    ("distributed", "groups", "message"),
+    [
+        (["gpu"], TWO_GROUPS, "['gpu'] not among the instance groups ['data', 'train']"),
+        ([], TWO_GROUPS, "must be a list of instance group names"),
+        ("train", TWO_GROUPS, "must be a list of instance group names"),
+        (["train", "train"], TWO_GROUPS, "a group named twice"),
+        (["train"], None, "names ['train'], but resourceconfig.json has no instance_groups"),
+    ],
+)
+def test_distribution_groups_that_are_not_the_jobs_are_refused(
+    tmp_path, distributed, groups, message
+):
+    hps = {**PROGRAM, "sagemaker_distribution_instance_groups": json.dumps(distributed)}
+    extra = {"instance_groups": groups} if groups else {}
+    tree(tmp_path, HOSTS3, hps=hps, **extra)
+    refused(tmp_path, f"{HPS}: sagemaker_distribution_instance_groups: {message}")
+
+
 # --- path traversal: names and archives that reach outside their place -------------------------
 @pytest.mark.parametrize("name", ["../x", "..", ".", "", "a/b", "train\x00", "x" * 65, "tr ain"])
 def test_a_channel_name_that_is_no_channel_name_is_refused(tmp_path, name):
