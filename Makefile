@@ -3,7 +3,15 @@ SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -euc
 .DEFAULT_GOAL := help
 
-FLAVOR ?= gpu
+# The flavor follows the machine unless given: gpu where an NVIDIA GPU is visible, cpu elsewhere
+# (scripts/lib.sh, default_flavor); a TAG of cpu or gpu given alone names its flavor. Said once
+# per make run, on stderr; sub-makes inherit it through the environment.
+GPU_VISIBLE := $(filter gpu,$(shell bash -c '. scripts/lib.sh && default_flavor'))
+ifeq ($(origin FLAVOR),undefined)
+FLAVOR_WHY := $(if $(filter cpu gpu,$(TAG)),from TAG=$(TAG),$(if $(GPU_VISIBLE),an NVIDIA GPU is visible,no NVIDIA GPU visible))
+FLAVOR := $(or $(filter cpu gpu,$(TAG)),$(if $(GPU_VISIBLE),gpu,cpu))
+$(shell echo "make: FLAVOR=$(FLAVOR) ($(FLAVOR_WHY); FLAVOR=$(if $(filter gpu,$(FLAVOR)),cpu,gpu) to override)" >&2)
+endif
 IMAGE ?= pytorch-horovod
 TAG ?= $(FLAVOR)
 # A client with BuildKit: one with the buildx plugin, or Docker < 23 (Debian's docker.io).
@@ -13,6 +21,9 @@ VENV ?= .venv
 PYTEST_ARGS ?=
 
 export FLAVOR IMAGE TAG DOCKER LOCAL_BASE
+
+# The first line of every target that runs $(IMAGE):$(TAG): builds it when the engine has none.
+IMAGE_OR_BUILD = @$(DOCKER) image inspect $(IMAGE):$(TAG) >/dev/null 2>&1 || $(MAKE) --no-print-directory build
 
 PY := $(VENV)/bin/python
 DEV_STAMP := $(VENV)/.installed
@@ -41,15 +52,23 @@ DEV_BIND ?= 127.0.0.1
 JUPYTER_HOST_PORT ?= 8888
 SSH_HOST_PORT ?= 2222
 TENSORBOARD_HOST_PORT ?= 6006
-DEV_WORKSPACE ?= $(CURDIR)
+# The notebook root (/workspace: the getting-started notebook, runs/) is DEV_WORKSPACE, git-ignored
+# local/dev; the checkout is /workspace/repo in it. Jupyter and SSH logins run as DEV_USER: your
+# user name (dev where the image would refuse it) with your uid and gid, so what they write is
+# yours; root when make runs as root, or DEV_USER=root. DEV_ARGS: more `docker run` options.
+DEV_WORKSPACE ?= $(CURDIR)/local/dev
+DEV_USER ?= $(shell id -un | grep -xE '[a-z_][a-z0-9_-]{0,31}' || echo dev)
+DEV_ARGS ?=
 DEV_KEYS ?= $(firstword $(wildcard $(HOME)/.ssh/id_ed25519.pub $(HOME)/.ssh/id_ecdsa.pub $(HOME)/.ssh/id_rsa.pub))
+DEV_USER_ARGS = $(if $(filter-out root,$(DEV_USER)),-e BYOC_USER=$(DEV_USER) \
+	$(if $(filter-out 0,$(shell id -u)),-e BYOC_UID=$(shell id -u) -e BYOC_GID=$(shell id -g)))
 
 .PHONY: local-train help build local-base lint test test-unit test-container test-gpu shell dev engine clean \
 	cluster-up cluster-down cluster-shell slurm-up slurm-down push launch test-deps standin build-gpu-standin \
 	test-gpu-flavor test-quick nccl-test smoke bench k8s-validate k8s-sim test-horovod test-horovod-soak canary lock sbom
 
 help: ## Show this help
-	@echo "Usage: make TARGET [FLAVOR=cpu|gpu] [IMAGE=...] [TAG=...] [DOCKER=...]"
+	@echo "Usage: make TARGET [FLAVOR=cpu|gpu (default: gpu where an NVIDIA GPU is visible)] [IMAGE=...] [TAG=...] [DOCKER=...]"
 	@echo
 	@grep -E '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-16s %s\n", $$1, $$2}'
 	@echo
@@ -57,7 +76,7 @@ help: ## Show this help
 	@echo "Build inputs (see docs/building.md): BASE_IMAGE, BUILDER_IMAGE, RUNTIME_IMAGE, WHEELHOUSE, TORCH_INDEX_URL, CUDA_ARCHS, BUILD_ARGS"
 
 local-train: engine ## The main job: SageMaker's `train` on HOSTS containers (SLOTS each) of $(IMAGE):$(TAG); LAUNCHER=horovod|torchrun, INSTANCE_GROUPS, DISTRIBUTION_GROUPS, WARM_POOL_CACHE
-	@$(DOCKER) image inspect $(IMAGE):$(TAG) >/dev/null 2>&1 || $(MAKE) build
+	$(IMAGE_OR_BUILD)
 	python3 -m hostkit.local_train $(LOCAL_TRAIN_INSTANCES) --slots $(SLOTS) --launcher $(LAUNCHER) \
 		--image $(IMAGE):$(TAG) $(LOCAL_TRAIN_ARGS)
 
@@ -71,18 +90,21 @@ local-base: engine ## Make the OS base image $(LOCAL_BASE) from the Debian mirro
 	@scripts/local-base.sh $(LOCAL_BASE)
 
 $(DEV_STAMP): requirements-dev.txt tests/requirements-sdk.txt
+	@scripts/prereq.sh venv
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q -r requirements-dev.txt
 	$(VENV)/bin/pip install -q --no-deps -r tests/requirements-sdk.txt
 	touch $@
 
 sbom: $(DEV_STAMP) engine ## The SBOM of $(IMAGE):$(TAG) (CycloneDX, made at build time in the image), checked, into build/sbom/
+	$(IMAGE_OR_BUILD)
 	$(PY) -m hostkit.sbom --image $(IMAGE):$(TAG)
 
 lock: $(DEV_STAMP) ## Regenerate the hash-locked docker/requirements*.txt from their .in files (uv; needs PyPI)
 	@scripts/lock.sh
 
 lint: $(DEV_STAMP) ## hadolint, shellcheck and ruff
+	@scripts/prereq.sh shellcheck
 	$(VENV)/bin/hadolint Dockerfile
 	shellcheck -x scripts/*.sh tests/standin/build.sh docker/build/*.sh docker/bash-env.sh tests/conformance/*.sh .ci/run
 	shellcheck -x deploy/slurm/*.sbatch deploy/slurm/common.sh tests/slurm/*.sh
@@ -149,7 +171,8 @@ canary: engine ## The cpu image on TORCH_VERSION (TORCHVISION_VERSION: none unle
 		HOROVOD_SRC_TARBALL=$(HOROVOD_SRC_TARBALL) scripts/canary.sh
 
 BENCH_ARGS ?=
-bench: engine ## Measure $(IMAGE):$(TAG) (else :cpu) on NODES pinned containers: link, allreduce per library, training, scaling, launch, Pipe reader, elastic join/recovery -> bench/<stamp>/
+bench: engine ## Measure $(IMAGE):$(TAG) (built if missing) on NODES pinned containers: link, allreduce per library, training, scaling, launch, Pipe reader, elastic join/recovery -> bench/<stamp>/
+	$(IMAGE_OR_BUILD)
 	python3 -m hostkit.bench --nodes $(NODES) $(BENCH_ARGS)
 
 k8s-validate: $(DEV_STAMP) ## Render every deploy/kubernetes overlay and validate it against the engines' pinned CRDs
@@ -162,29 +185,35 @@ k8s-sim: $(DEV_STAMP) engine ## Run a deploy/kubernetes overlay as its engine wo
 	$(PY) -m hostkit.k8s_sim --engine $(ENGINE) --image $(IMAGE):cpu $(K8S_SIM_ARGS)
 
 nccl-test: engine ## all_reduce_perf on every local GPU in $(IMAGE):$(TAG); passes or fails by its exit status
-	@n=$$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true); \
-	if [ "$${n:-0}" -eq 0 ]; then echo "nccl-test: no NVIDIA GPU here (nvidia-smi lists none)" >&2; exit 1; fi; \
+	@$(if $(GPU_VISIBLE),:,echo "nccl-test: no NVIDIA GPU here (nvidia-smi lists none)" >&2; exit 1)
+	$(IMAGE_OR_BUILD)
+	@n=$$(nvidia-smi -L | grep -c '^GPU '); \
 	$(DOCKER) run --rm --gpus all --shm-size=8g --ulimit memlock=-1 $(IMAGE):$(TAG) bash -c \
 		'if [ -e /opt/nccl-tests/NOT-BUILT ]; then cat /opt/nccl-tests/NOT-BUILT >&2; exit 1; fi; \
 		 exec all_reduce_perf -b 8 -e 256M -f 2 -c 1 -g '"$$n"
 
-test-gpu: $(DEV_STAMP) ## GPU tests and Horovod's suites with NCCL, one rank per GPU, on $(IMAGE):gpu (skip without GPUs)
+test-gpu: $(DEV_STAMP) ## GPU tests and Horovod's suites with NCCL, one rank per GPU, on $(IMAGE):$(TAG) (built if missing where GPUs are; skip without GPUs)
+	$(if $(GPU_VISIBLE),$(IMAGE_OR_BUILD))
 	BYOC_IMAGE=$(IMAGE):$(TAG) $(PY) -m pytest -m gpu tests/gpu $(PYTEST_ARGS)
 
-shell: engine ## An interactive shell in $(IMAGE):$(TAG)
+shell: engine ## An interactive shell in $(IMAGE):$(TAG) (built if missing)
+	$(IMAGE_OR_BUILD)
 	$(DOCKER) run --rm -it --shm-size=1g $(IMAGE):$(TAG) bash
 
-dev: engine ## Development container here: Jupyter on 8888 (the getting-started notebook), SSH on 2222 (your ~/.ssh key), TensorBoard on 6006, this directory at /workspace
-	$(DOCKER) run --rm -it --shm-size=8g $(if $(wildcard /dev/nvidia0),--gpus all) \
+dev: engine ## Development container of $(IMAGE):$(TAG) (built if missing) as you: Jupyter on 8888 (the getting-started notebook), SSH on 2222 (your ~/.ssh key), TensorBoard on 6006; notebooks in local/dev, this checkout at /workspace/repo
+	$(IMAGE_OR_BUILD)
+	@mkdir -p "$(DEV_WORKSPACE)/repo"
+	$(DOCKER) run --rm -it --shm-size=8g $(if $(GPU_VISIBLE),--gpus all) \
 		-p $(DEV_BIND):$(JUPYTER_HOST_PORT):8888 -p $(DEV_BIND):$(SSH_HOST_PORT):22 \
 		-p $(DEV_BIND):$(TENSORBOARD_HOST_PORT):6006 \
-		$(if $(DEV_KEYS),-v $(DEV_KEYS):/etc/byoc/authorized_keys:ro) \
-		-v $(DEV_WORKSPACE):/workspace $(IMAGE):$(TAG)
+		$(if $(DEV_KEYS),-v $(DEV_KEYS):/etc/byoc/authorized_keys:ro) $(DEV_USER_ARGS) \
+		-v "$(DEV_WORKSPACE)":/workspace -v "$(CURDIR)":/workspace/repo $(DEV_ARGS) $(IMAGE):$(TAG)
 
-cluster-up: engine ## Local cluster: NODES (default 2) dev containers of $(IMAGE):$(TAG) that horovodrun across
+cluster-up: engine ## Local cluster: NODES (default 2) dev containers of $(IMAGE):$(TAG) (built if missing) that horovodrun across
+	$(IMAGE_OR_BUILD)
 	@scripts/cluster.sh up $(NODES)
 
-cluster-scale: ## While a job runs: the local cluster grows or shrinks to NODES nodes (elastic jobs follow)
+cluster-scale: ## While a job runs: the local cluster grows or shrinks to NODES nodes (elastic jobs follow), of the image it was started with
 	@scripts/cluster.sh scale $(NODES)
 
 cluster-shell: ## A shell on node0 of the local cluster
@@ -193,13 +222,15 @@ cluster-shell: ## A shell on node0 of the local cluster
 cluster-down: ## Stop the local cluster and delete its key
 	@scripts/cluster.sh down
 
-slurm-up: engine ## A Slurm cluster (slurmctld + NODES slurmd) of $(IMAGE):$(TAG) with Slurm added in a test layer; docs/slurm.md
+slurm-up: engine ## A Slurm cluster (slurmctld + NODES slurmd) of $(IMAGE):$(TAG) (built if missing) with Slurm added in a test layer; docs/slurm.md
+	$(IMAGE_OR_BUILD)
 	@scripts/slurm.sh up $(NODES)
 
 slurm-down: ## Remove the Slurm cluster and its keys
 	@scripts/slurm.sh down
 
-push: $(DEV_STAMP) engine ## Push $(IMAGE):$(TAG) to ECR repository $(ECR_REPOSITORY) (made if missing), print the image_uri
+push: $(DEV_STAMP) engine ## Push $(IMAGE):$(TAG) (built if missing) to ECR repository $(ECR_REPOSITORY) (made if missing), print the image_uri
+	$(IMAGE_OR_BUILD)
 	$(PY) -m hostkit.aws.push --image $(IMAGE):$(TAG) --repository $(ECR_REPOSITORY) $(PUSH_ARGS)
 
 launch: $(DEV_STAMP) ## Create a SageMaker training job: make launch ARGS="--image-uri URI --role ARN --instance-type ml.g5.12xlarge ..." (--instance-groups, --keep-alive-seconds, --training-plan-arn, --remote-debug)

@@ -18,10 +18,11 @@ ROOT=$PWD
 
 PROJECT=${CLUSTER_PROJECT:-pytorch-horovod}
 STATE=${CLUSTER_STATE:-${XDG_STATE_HOME:-$HOME/.local/state}/pytorch-horovod/$PROJECT}
-IMAGE_REF=${BYOC_IMAGE:-${IMAGE:-pytorch-horovod}:${TAG:-${FLAVOR:-gpu}}}
 # shellcheck source=scripts/lib.sh
 . scripts/lib.sh
 docker_init docker
+# The image `up` starts; later commands keep the one the cluster was started with (cluster.env).
+IMAGE_REF=${BYOC_IMAGE:-${IMAGE:-pytorch-horovod}:${TAG:-${FLAVOR:-$(default_flavor)}}}
 MAX_NODES=8
 
 
@@ -85,9 +86,9 @@ running_nodes() {
 # - one block of GPUs per node when this host has NVIDIA GPUs, so that local rank 0 of node0 and
 #   of node1 are not the same device; the block size is fixed at `up` (GPUs / NODES), so a node
 #   added later gets a block of its own or is refused. CLUSTER_GPUS=0 turns that off.
-# It also writes $STATE/cluster.env: how many nodes the cluster can grow to, and each node's slots
+# It also writes $STATE/cluster.env: how many nodes the cluster can grow to, each node's slots
 # (CLUSTER_SLOTS, else GPUs per node, else 2), which byoc-discover-hosts reports and the printed
-# commands use.
+# commands use, and the image the nodes run, which `scale` starts new nodes from.
 write_overlay() {
     local nodes=$1 count=0 per=0 i j ids ulimits="" devices entry cpus=${CLUSTER_CPUS_PER_NODE:-0} cores
     local capacity=$MAX_NODES slots=2
@@ -142,22 +143,25 @@ write_overlay() {
             echo "  node$i: {$entry}"
         done
     } >"$STATE/compose.override.yaml"
-    printf 'CLUSTER_CAPACITY=%d\nCLUSTER_SLOTS=%d\n' "$capacity" "$slots" >"$STATE/cluster.env"
+    printf 'CLUSTER_CAPACITY=%d\nCLUSTER_SLOTS=%d\nCLUSTER_IMAGE=%s\n' "$capacity" "$slots" "$BYOC_IMAGE" \
+        >"$STATE/cluster.env"
 }
 
-# What `up` wrote to $STATE/cluster.env, checked: numbers only, nothing else is sourced.
+# What `up` wrote to $STATE/cluster.env, checked: numbers and an image reference, nothing is sourced.
 read_cluster_env() {
     local line
-    CLUSTER_CAPACITY="" CLUSTER_SLOTS=""
+    CLUSTER_CAPACITY="" CLUSTER_SLOTS="" CLUSTER_IMAGE=""
     [ -f "$STATE/cluster.env" ] || fail "$STATE/cluster.env is missing: was the cluster made by an older cluster.sh? 'make cluster-down' and up again"
     while IFS= read -r line; do
         case $line in
             CLUSTER_CAPACITY=[1-9]*) CLUSTER_CAPACITY=${line#*=} ;;
             CLUSTER_SLOTS=[1-9]*) CLUSTER_SLOTS=${line#*=} ;;
+            CLUSTER_IMAGE=*) CLUSTER_IMAGE=${line#*=} ;;
         esac
     done <"$STATE/cluster.env"
-    [[ $CLUSTER_CAPACITY =~ ^[0-9]+$ && $CLUSTER_SLOTS =~ ^[0-9]+$ ]] \
-        || fail "$STATE/cluster.env is damaged: 'make cluster-down' and up again"
+    [[ $CLUSTER_CAPACITY =~ ^[0-9]+$ && $CLUSTER_SLOTS =~ ^[0-9]+$
+        && $CLUSTER_IMAGE =~ ^[A-Za-z0-9][A-Za-z0-9._/:@-]*$ ]] \
+        || fail "$STATE/cluster.env is damaged or from an older cluster.sh: 'make cluster-down' and up again"
     export CLUSTER_SLOTS
 }
 
@@ -171,7 +175,7 @@ up() {
     local nodes=${1:-${NODES:-2}} services=() i start
     check_count "$nodes"
     dk image inspect "$BYOC_IMAGE" >/dev/null 2>&1 \
-        || fail "image $BYOC_IMAGE not found: build it (make build, or make build FLAVOR=cpu TAG=cpu and pass TAG=cpu)"
+        || fail "image $BYOC_IMAGE not found: '$(build_command "$BYOC_IMAGE")' builds it (make cluster-up builds it when missing)"
     local existing
     existing=$(running_nodes)
     if [ "$existing" -gt 0 ]; then
@@ -249,6 +253,11 @@ scale() {
     check_count "$nodes"
     [ "$(running_nodes)" -gt 0 ] || fail "cluster '$PROJECT' is not up: 'make cluster-up' first"
     read_cluster_env
+    # New nodes run the cluster's image, whatever IMAGE/TAG/BYOC_IMAGE say now.
+    if [ "$CLUSTER_IMAGE" != "$BYOC_IMAGE" ]; then
+        say "cluster '$PROJECT' runs $CLUSTER_IMAGE (from its cluster-up), not $BYOC_IMAGE: new nodes run $CLUSTER_IMAGE ('make cluster-down', then cluster-up, to change it)"
+        export BYOC_IMAGE=$CLUSTER_IMAGE
+    fi
     [ "$nodes" -le "$CLUSTER_CAPACITY" ] \
         || fail "this cluster has room for $CLUSTER_CAPACITY node(s) (GPUs or cores per node were fixed at up), not $nodes"
     find_compose

@@ -47,3 +47,32 @@ dk_build() {
 # pin NAME: the Dockerfile's default for ARG NAME, with the ARGs it uses expanded (run from the
 # repository root: python3 -m finds hostkit there).
 pin() { python3 -m hostkit.dockerfile "$1"; }
+
+# default_flavor: gpu where an NVIDIA GPU is visible, else cpu: the flavor the Makefile and the
+# shell tools take when FLAVOR is not given. Visible means nvidia-smi lists one: the driver's
+# user space answers, which a container of the gpu flavor needs (a /dev/nvidia0 alone does not
+# show that); the same test as make nccl-test and cluster.sh's GPU blocks.
+default_flavor() {
+    if timeout 20 nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then echo gpu; else echo cpu; fi
+}
+
+# build_command REF: the make command that builds image REF (NAME:TAG) here; its flavor is
+# FLAVOR, else the tag where that names one, else this machine's.
+build_command() {
+    local name=${1%:*} tag=${1##*:} flavor=${FLAVOR:-}
+    [[ $1 == *:* && $tag != */* ]] || { name=$1 tag=latest; }
+    if [ -z "$flavor" ]; then
+        case $tag in cpu | gpu) flavor=$tag ;; *) flavor=$(default_flavor) ;; esac
+    fi
+    [ "$name" != pytorch-horovod ] || name=""  # the Makefile's IMAGE
+    echo "make build FLAVOR=$flavor TAG=$tag${name:+ IMAGE=$name}"
+}
+
+# apt_install PACKAGE...: as root on Debian/Ubuntu, install them from the distribution (status 0,
+# or 1 when apt-get fails); elsewhere status 2, nothing tried: the caller says what to install.
+apt_install() {
+    [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 || return 2
+    say "installing $* from the distribution"
+    apt-get update -qq || return 1
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}

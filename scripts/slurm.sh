@@ -21,11 +21,11 @@ ROOT=$PWD
 
 PROJECT=${SLURM_PROJECT:-pytorch-horovod-slurm}
 STATE=${SLURM_STATE:-${XDG_STATE_HOME:-$HOME/.local/state}/pytorch-horovod/$PROJECT}
-IMAGE_REF=${BYOC_IMAGE:-${IMAGE:-pytorch-horovod}:${TAG:-${FLAVOR:-cpu}}}
 # A client with BuildKit (the test layer is built with it), as the Makefile picks one.
 # shellcheck source=scripts/lib.sh
 . scripts/lib.sh
 docker_init build-or-docker
+IMAGE_REF=${BYOC_IMAGE:-${IMAGE:-pytorch-horovod}:${TAG:-${FLAVOR:-$(default_flavor)}}}
 MAX_NODES=8
 # CPUs each node offers Slurm (declared, not detected: containers share the host's cores).
 CPUS=${SLURM_CPUS_PER_NODE:-4}
@@ -94,7 +94,8 @@ up() {
         fail "up needs 1 to $MAX_NODES nodes, not '$nodes'"
     fi
     [ -z "$(dk ps -aq --filter "label=$LABEL")" ] || fail "cluster '$PROJECT' is already up: scripts/slurm.sh down first"
-    dk image inspect "$IMAGE_REF" >/dev/null 2>&1 || fail "image $IMAGE_REF not found: make build FLAVOR=cpu (or set BYOC_IMAGE)"
+    dk image inspect "$IMAGE_REF" >/dev/null 2>&1 \
+        || fail "image $IMAGE_REF not found: '$(build_command "$IMAGE_REF")' builds it (make slurm-up builds it when missing)"
     mkdir -p "$STATE" "$WORKSPACE"
     chmod 700 "$STATE"
     rm -rf "${STATE:?}/etc"
