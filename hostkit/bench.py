@@ -52,7 +52,7 @@ def pick_image() -> str | None:
     if not os.environ.get("BYOC_IMAGE") and wanted.endswith(":gpu") and exists(f"{name}:cpu"):
         say(f"{wanted} is not built; using {name}:cpu")
         return f"{name}:cpu"
-    say(f"image {wanted} not found: make bench builds it when missing (a BYOC_IMAGE: build or pull it)")
+    say(f"image {wanted} not found: make bench builds it when missing (BYOC_IMAGE: build or pull)")
     return None
 
 
