@@ -4,11 +4,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-FLAVOR=${FLAVOR:-gpu}
-IMAGE=${IMAGE:-pytorch-horovod}
-TAG=${TAG:-$FLAVOR}
 # shellcheck source=scripts/lib.sh
 . scripts/lib.sh
+FLAVOR=${FLAVOR:-$(default_flavor)}  # as the Makefile's default: this machine's
+IMAGE=${IMAGE:-pytorch-horovod}
+TAG=${TAG:-$FLAVOR}
 docker_init build
 LOCAL_BASE=${LOCAL_BASE:-pytorch-horovod-base:bookworm}
 
