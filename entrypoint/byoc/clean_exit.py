@@ -36,6 +36,8 @@ import threading
 import types
 from typing import NoReturn
 
+from byoc import stacks
+
 USAGE = "usage: python -m byoc.clean_exit SCRIPT [ARGS...] | -m MODULE [ARGS...]"
 
 
@@ -105,6 +107,7 @@ def main() -> NoReturn:
     if not argv or (argv[0] == "-m" and len(argv) < 2) or argv[0] in ("-h", "--help"):
         print(USAGE, file=sys.stderr)
         sys.exit(0 if argv[:1] in (["-h"], ["--help"]) else 2)
+    stacks.arm()  # a stalled rank can say where it is (byoc.stall)
     finish(run(argv))
 
 

@@ -73,6 +73,16 @@ DEFAULT_TORCHRUN_PORT = 29500
 # auto (for the SDK's MPI driver), on (any multi-host job), off.
 SSH_TRUST_ENV = "BYOC_SSH_TRUST"
 SSH_TRUST_MODES = ("auto", "on", "off")
+# A stall (byoc.stall): the bound on a collective's wait and on a job whose ranks all do nothing.
+STALL_TIMEOUT_ENV = "BYOC_STALL_TIMEOUT"  # s; 0: no bound of ours (the libraries' own defaults)
+DEFAULT_STALL_TIMEOUT = 1800.0  # torch's own default for Gloo's collectives (NCCL's: 600)
+MIN_STALL_TIMEOUT = 10.0  # below this, a healthy job's first step would already count
+HOROVOD_STALL_CHECK_ENV = "HOROVOD_STALL_CHECK_TIME_SECONDS"  # the stall inspector's period
+HOROVOD_STALL_SHUTDOWN_ENV = "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"  # its end of the job
+HOROVOD_STALL_CHECK = 60  # Horovod's own default period
+# Where armed ranks keep their stack dumps (byoc.stacks); not uploaded, unlike output/data.
+STACKS_DIR_ENV = "BYOC_STACKS_DIR"
+STACKS_DIR = "output/.stacks"
 REPORT_TIMEOUT = 30.0  # s the leader waits for the workers' results once its own is known
 # s a host's ranks get to notice another host's failure (or the job's end) themselves
 END_GRACE = 20.0

@@ -7,9 +7,12 @@ POST /join             {"host", "user_key", "host_keys"}: a worker joins (keys m
 GET  /peers?host=NAME  {"complete": bool, "hosts": {name: {"addresses", "user_key",
                        "host_keys"}}}: everything every host needs to trust the others, once
                        all have joined.
-GET  /status?host=NAME {"state": "starting"|"running"|"done", "exit_code": N|null}
+GET  /status?host=NAME {"state": "starting"|"running"|"done", "exit_code": N|null, "stacks": N}
 POST /report           {"host", "exit_code", "failure"}: a worker's own result (torchrun, where
                        each host runs its own launcher).
+POST /stacks           {"host", "ask", "ranks": [{"rank", "frames"}]}: a host's answer to the
+                       leader's ask number `ask` (GET /status says "stacks": the latest ask) for
+                       its ranks' stacks (byoc.stall), once it has dumped them.
 The leader remembers which workers have seen the complete peers and the final state, so it can
 go on (or leave) as soon as each knows. Only the job's hosts reach it: SageMaker isolates a job's
 network; locally, the job's network.
@@ -33,7 +36,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from byoc.deadline import Deadline
 
 # The routes, spelled here only: the server below answers them, Client asks them.
-JOIN, PEERS, STATUS, REPORT = "/join", "/peers", "/status", "/report"
+JOIN, PEERS, STATUS, REPORT, STACKS = "/join", "/peers", "/status", "/report", "/stacks"
 MAX_BODY = 64 * 1024  # a join or a report is a few KB
 # One OpenSSH public key: type, base64 blob, maybe a printable comment; no options, no newline.
 PUBLIC_KEY = re.compile(
@@ -68,6 +71,8 @@ class JobState:
         self.reports: dict[str, dict] = {}
         self.seen_peers: set[str] = set()
         self.seen_done: set[str] = set()
+        self.stacks_asked = 0  # the leader's latest ask for every host's stacks
+        self.stacks: dict[str, list] = {}  # each host's answer to it
         self.lock = threading.Condition()
 
     def set(self, state: str, exit_code: int | None = None) -> None:
@@ -133,7 +138,32 @@ class JobState:
             if host and self.state == "done":
                 self.seen_done.add(host)
                 self.lock.notify_all()
-            return {"state": self.state, "exit_code": self.exit_code}
+            return {"state": self.state, "exit_code": self.exit_code, "stacks": self.stacks_asked}
+
+    def ask_stacks(self) -> None:
+        """Ask every host for its ranks' stacks (they see it in their next /status)."""
+        with self.lock:
+            self.stacks_asked += 1
+            self.stacks = {}
+            self.lock.notify_all()
+
+    def answer_stacks(self, answer: dict, source: str | None) -> tuple[int, str] | None:
+        host = answer.get("host")
+        refused = self.claim(host, source)
+        if refused:
+            return refused
+        ranks = answer.get("ranks")
+        if not isinstance(ranks, list) or not all(isinstance(r, dict) for r in ranks):
+            return 400, "ranks must be a list of objects"
+        with self.lock:
+            if answer.get("ask") == self.stacks_asked:  # a late answer to an older ask is dropped
+                self.stacks[host] = ranks
+                self.lock.notify_all()
+        return None
+
+    def answered_stacks(self) -> dict[str, list]:
+        with self.lock:
+            return dict(self.stacks)
 
     def report(self, result: dict, source: str | None) -> tuple[int, str] | None:
         host = result.get("host")
@@ -195,6 +225,9 @@ class JobState:
     def missing_reports(self, hosts: list[str]) -> Callable[[], set[str]]:
         return lambda: set(hosts) - set(self.reports)
 
+    def missing_stacks(self, hosts: list[str]) -> Callable[[], set[str]]:
+        return lambda: set(hosts) - set(self.stacks)
+
 
 def serve(state: JobState, port: int) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
@@ -234,6 +267,8 @@ def serve(state: JobState, port: int) -> ThreadingHTTPServer:
                 refused = state.join(body, self.client_address[0])
             elif url.path == REPORT:
                 refused = state.report(body, self.client_address[0])
+            elif url.path == STACKS:
+                refused = state.answer_stacks(body, self.client_address[0])
             else:
                 self._send(404, {"error": "no such path"})
                 return
@@ -344,9 +379,13 @@ class Client:
         return self._ask(PEERS + self._as_me, until)
 
     def status(self, until: Callable[[dict], bool]) -> dict:
-        """The job's state ({"state", "exit_code"}), until until(it)."""
+        """The job's state ({"state", "exit_code", "stacks"}), until until(it)."""
         return self._ask(STATUS + self._as_me, until)
 
     def report(self, result: dict) -> dict:
         """This host's own result; the leader is up already, so silence counts from the start."""
         return self._ask(REPORT, lambda _: True, body=result, appear=self.lost_after)
+
+    def stacks(self, answer: dict) -> dict:
+        """This host's ranks' stacks, the answer to the leader's ask."""
+        return self._ask(STACKS, lambda _: True, body=answer, appear=self.lost_after)

@@ -136,12 +136,32 @@ def torchrun_program(program: list[str]) -> list[str]:
     return ["--no-python", *program]
 
 
-def clean_exit_program(program: list[str]) -> list[str]:
-    """A Python program run through byoc.clean_exit (its result kept, no teardown abort);
-    any other program as it is."""
+def wrapped_program(program: list[str], wrapper: str) -> list[str]:
+    """A Python program run through byoc.<wrapper>: byoc.clean_exit (its result kept, no
+    teardown abort) or byoc.armed (its stacks on demand; clean_exit arms too); any other
+    program as it is."""
     if len(program) >= 2 and program[0] == sys.executable:
-        return [sys.executable, "-m", "byoc.clean_exit", *program[1:]]
+        return [sys.executable, "-m", f"byoc.{wrapper}", *program[1:]]
     return list(program)
+
+
+def stall_env(cfg: JobConfig, launcher: str, bound: float, num_gpus: int) -> dict[str, str]:
+    """The program's variables for stalls (byoc.stall): where armed ranks keep their stacks and,
+    with a bound, the libraries' own ends of a stalled collective. torch has no variable for a
+    process group's timeout (init_process_group's argument; Gloo's default is 30 min): under
+    torchrun, byoc.stall's watch of a silent job is the bound."""
+    env = {C.STACKS_DIR_ENV: str(cfg.path(C.STACKS_DIR))}
+    if bound and launcher == "horovod":
+        whole = max(1, math.ceil(bound))
+        # The inspector reports every `check` s; it ends the job only if shutdown >= check.
+        env[C.HOROVOD_STALL_CHECK_ENV] = str(min(C.HOROVOD_STALL_CHECK, max(1, whole // 2)))
+        env[C.HOROVOD_STALL_SHUTDOWN_ENV] = str(whole)
+    if launcher == "torchrun" and num_gpus:
+        # NCCL's watchdog writes its flight recorder where SageMaker uploads it.
+        env["TORCH_NCCL_DUMP_ON_TIMEOUT"] = "1"
+        trace = cfg.path(C.OUTPUT_DATA_DIR) / "nccl_trace_rank_"
+        env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] = str(trace)
+    return env
 
 
 def torchrun_command(
@@ -179,9 +199,12 @@ def make_plan(
     env: dict[str, str] = {}
     if launcher != "none" and not cfg.in_world:
         role, slots = "outsider", 1
-        command = clean_exit_program(program) if settings.clean_exit else list(program)
+        command = wrapped_program(program, "clean_exit") if settings.clean_exit else list(program)
         return Plan(role=role, launcher=launcher, slots=1, world_size=1, command=command)
+    if launcher != "none":
+        env = stall_env(cfg, launcher, settings.stall_timeout, num_gpus)
     if launcher == "horovod":
+        program = wrapped_program(program, "armed")
         command = horovodrun_command(
             cfg,
             slots,
@@ -197,12 +220,12 @@ def make_plan(
         command = torchrun_command(
             cfg,
             slots,
-            clean_exit_program(program) if settings.clean_exit else program,
+            wrapped_program(program, "clean_exit" if settings.clean_exit else "armed"),
             port=settings.torchrun_port,
             rendezvous_timeout=settings.peer_timeout,
         )
         if multi and interface:
-            env = {"NCCL_SOCKET_IFNAME": interface, "GLOO_SOCKET_IFNAME": interface}
+            env |= {"NCCL_SOCKET_IFNAME": interface, "GLOO_SOCKET_IFNAME": interface}
     else:
         slots, command = 1, list(program)
     world = slots * len(cfg.hosts)

@@ -75,6 +75,16 @@ def run_watched(
     return 128 - code if code < 0 else code  # killed by signal N: 128 + N, as shells say
 
 
+def guards(*each: Callable[[subprocess.Popen], None] | None) -> Callable:
+    """One guard for run_watched that runs each given one beside the others."""
+
+    def watch(proc: subprocess.Popen) -> None:
+        for guard in filter(None, each):
+            threading.Thread(target=guard, args=(proc,), daemon=True, name="guard").start()
+
+    return watch
+
+
 def end(proc: subprocess.Popen, grace: float = 40.0) -> None:
     """SIGTERM to proc (a launcher ends its ranks on it), SIGKILL if it lives on past grace
     (torchrun itself gives its ranks 30 s after a SIGTERM)."""

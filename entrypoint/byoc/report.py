@@ -17,6 +17,11 @@ from byoc import constants as C
 _TAG = re.compile(r"^\[(?:\d+,)?(\d+)\]<std(?:out|err)>:(.*)$|^\[rank(\d+)\]: ?(.*)$")
 # mpirun tags every chunk a rank writes, so tags also land inside and at the end of lines.
 _ANY_TAG = re.compile(r"\[(?:\d+,)?\d+\]<std(?:out|err)>:")
+# Horovod's stall inspector (on rank 0): a header, "Missing ranks:", then "N: [tensor, ...]" for
+# each rank that did not submit what the others wait on (on the same line or the next ones).
+_STALL_HEADER = "One or more tensors were submitted"
+_MISSING = "Missing ranks:"
+_MISSING_RANK = re.compile(r"(\d+): \[([^\]]*)\]")
 _EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning)\b.*)$")
 
 
@@ -56,11 +61,16 @@ class RankFailure:
             return None
 
 
+def collateral(failure: RankFailure) -> bool:
+    """Whether the failure is a peer's echo of another one."""
+    return bool(_COLLATERAL.search(failure.exception))
+
+
 def root_cause(failures: list[RankFailure]) -> RankFailure | None:
     """The failure that brought the job down: the earliest that is not a peer's echo."""
     if not failures:
         return None
-    return min(failures, key=lambda f: (bool(_COLLATERAL.search(f.exception)), f.at))
+    return min(failures, key=lambda f: (collateral(f), f.at))
 
 
 @dataclass
@@ -71,10 +81,17 @@ class OutputWatcher:
     failures: list[RankFailure] = field(default_factory=list)
     _in_traceback: dict[int, list[str]] = field(default_factory=dict)
     _began: dict[int, float] = field(default_factory=dict)
+    last_line: float = field(default_factory=time.monotonic)  # when the last line came
+    # Horovod's latest stall report: {rank: [tensors the others wait on]}, and when it came
+    # (monotonic time; 0: never).
+    missing: dict[int, list[str]] = field(default_factory=dict)
+    stall_reported: float = 0.0
+    _in_missing: bool = False
 
     def feed(self, line: str) -> None:
         line = line.rstrip("\n")
         self.tail.append(line)
+        self.last_line = time.monotonic()
         match = _TAG.match(line)
         if match:
             rank = int(match.group(1) or match.group(3))
@@ -82,6 +99,7 @@ class OutputWatcher:
         else:
             rank, text = 0, line
         text = _ANY_TAG.sub("", text)
+        self._stall_line(text)
         if text.startswith("Traceback (most recent call last):"):
             self._in_traceback[rank] = [text]
             self._began[rank] = time.time()
@@ -92,6 +110,21 @@ class OutputWatcher:
                 lines = self._in_traceback.pop(rank)
                 failure = RankFailure(rank, text.strip(), lines[-12:], self._began.pop(rank, 0))
                 self.failures.append(failure)
+
+    def _stall_line(self, text: str) -> None:
+        if _STALL_HEADER in text:
+            self._in_missing, self.stall_reported = False, time.monotonic()
+            return
+        ranks = text.split(_MISSING, 1)[1] if _MISSING in text else None
+        if ranks is not None:
+            self._in_missing, self.missing = True, {}
+        elif self._in_missing and _MISSING_RANK.match(text.strip()):
+            ranks = text
+        else:
+            self._in_missing = False
+            return
+        for rank, tensors in _MISSING_RANK.findall(ranks):
+            self.missing[int(rank)] = [t.strip() for t in tensors.split(",") if t.strip()]
 
 
 def describe_exit(code: int) -> str:

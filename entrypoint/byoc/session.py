@@ -22,12 +22,13 @@ import threading
 from collections.abc import Callable
 
 from byoc import constants as C
-from byoc import coordinator, peers, procs, report, ssh
+from byoc import coordinator, peers, procs, report, ssh, stall
 from byoc.config import JobConfig
 from byoc.errors import JobError
 from byoc.settings import Settings
 
 DONE_SEEN_WAIT = 15.0  # s the leader waits for the other hosts to collect the result
+STACKS_WAIT = 15.0  # s the leader waits for the other hosts' stacks (each dumps within ~4 s)
 
 
 def failure_guard(state: coordinator.JobState) -> Callable:
@@ -71,6 +72,16 @@ class Leading:
         """A guard for procs.run_watched: end this host's work once another host has reported
         a failure."""
         return failure_guard(self.state)
+
+    def gather_stacks(self, mine: list[dict]) -> dict[str, list[dict]]:
+        """Every world host's ranks' stacks ({host: answer}): this host's are mine; the others'
+        come through the coordinator (bounded; a host that does not answer is left out)."""
+        self.state.ask_stacks()
+        others = [h for h in self.cfg.hosts if h != self.cfg.current_host]
+        late = self.wait_for(self.state.missing_stacks(others), STACKS_WAIT)
+        if late:
+            print(f"byoc: no stacks from {sorted(late)}", flush=True)
+        return {self.cfg.current_host: mine, **self.state.answered_stacks()}
 
     def collect(
         self, code: int, failures: list[report.RankFailure], hosts: list[str], timeout: float
@@ -118,13 +129,33 @@ class Following:
         # is done), "failure" (the leader failed with job_code) or "lost" (the leader is gone).
         self.ended_by = ""
         self.job_code: int | None = None
+        self.stacks_answered = 0  # the leader's latest ask for stacks this host answered
 
     def meet(self, keys: dict) -> list[ssh.Member]:
         """Join at the leader with keys, then the job's complete list of members."""
         return peers.follow(self.cfg, keys, self.settings, self.leader)
 
     def status(self, until: Callable[[dict], bool]) -> dict:
-        return self.leader.status(until)
+        """The leader's status until until(it); the leader's asks for stacks answered on the
+        way (byoc.stall)."""
+
+        def answered(status: dict) -> bool:
+            ask = status.get("stacks")
+            if isinstance(ask, int) and ask > self.stacks_answered:
+                self.stacks_answered = ask
+                self._send_stacks(ask)
+            return until(status)
+
+        return self.leader.status(answered)
+
+    def _send_stacks(self, ask: int) -> None:
+        me = self.cfg.current_host
+        folder, out = self.cfg.path(C.STACKS_DIR), self.cfg.path(C.OUTPUT_DATA_DIR)
+        answer = {"host": me, "ask": ask, "ranks": stall.dump_host(folder, out, me)}
+        try:
+            self.leader.stacks(answer)
+        except (coordinator.LeaderLost, coordinator.Refused) as exc:
+            print(f"byoc: no stacks sent to {self.cfg.leader}: {exc}", flush=True)
 
     def report(self, result: dict) -> dict:
         return self.leader.report(result)

@@ -98,6 +98,7 @@ class Settings:
     # SAGEMAKER_MANAGED_WARMPOOL_CACHE_DIRECTORY as given ("": none); byoc.warmpool checks it,
     # since a bad one must not stop the job.
     warm_pool_cache: str = ""
+    stall_timeout: float = C.DEFAULT_STALL_TIMEOUT  # BYOC_STALL_TIMEOUT; 0: off
 
 
 def load(env: dict[str, str]) -> Settings:
@@ -117,7 +118,19 @@ def load(env: dict[str, str]) -> Settings:
         ssh_trust=choice(env, C.SSH_TRUST_ENV, C.SSH_TRUST_MODES, "auto"),
         clean_exit=flag(env, C.CLEAN_EXIT_ENV, True),
         warm_pool_cache=env.get(C.WARMPOOL_CACHE_ENV, ""),
+        stall_timeout=stall_timeout(env),
     )
+
+
+def stall_timeout(env: dict[str, str]) -> float:
+    """BYOC_STALL_TIMEOUT: 0 (off) or MIN_STALL_TIMEOUT s to a day."""
+    value = seconds(env, C.STALL_TIMEOUT_ENV, C.DEFAULT_STALL_TIMEOUT, zero=True)
+    if 0 < value < C.MIN_STALL_TIMEOUT:
+        raise SettingsError(
+            f"{C.STALL_TIMEOUT_ENV}={env[C.STALL_TIMEOUT_ENV]!r}: expected 0 (off) or "
+            f"{C.MIN_STALL_TIMEOUT:g} to {DAY:g} seconds"
+        )
+    return value
 
 
 @dataclass(frozen=True)

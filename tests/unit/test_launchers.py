@@ -85,7 +85,7 @@ def test_torchrun_on_each_host_with_its_node_rank(tmp_path):
         "2",
     ]
     # Gloo and NCCL use the job's interface; the program needs no byoc.rank wrapper.
-    assert p.env == {"NCCL_SOCKET_IFNAME": "eth0", "GLOO_SOCKET_IFNAME": "eth0"}
+    assert p.env | {"NCCL_SOCKET_IFNAME": "eth0", "GLOO_SOCKET_IFNAME": "eth0"} == p.env
 
 
 def test_torchrun_port_and_timeout_come_from_the_settings(tmp_path):
@@ -97,13 +97,22 @@ def test_torchrun_port_and_timeout_come_from_the_settings(tmp_path):
 
 def test_single_host_torchrun_is_standalone(tmp_path):
     p = torchrun_plan(tmp_path, current="algo-1", hosts=("algo-1",))
-    assert p.role == "single" and "--standalone" in p.command and p.env == {}
+    assert p.role == "single" and "--standalone" in p.command
+    assert set(p.env) == {C.STACKS_DIR_ENV}  # no interface to name
     assert not any(a.startswith("--master-addr") for a in p.command)
 
 
 def test_clean_exit_can_be_turned_off(tmp_path):
     p = torchrun_plan(tmp_path, env={C.CLEAN_EXIT_ENV: "off"})
-    assert p.command[-4:] == ["--rdzv-conf=timeout=600", "/opt/ml/code/train.py", "--epochs", "2"]
+    # Still armed for stacks (byoc.stall), ended by Python itself.
+    assert p.command[-6:] == [
+        "--rdzv-conf=timeout=600",
+        "-m",
+        "byoc.armed",
+        "/opt/ml/code/train.py",
+        "--epochs",
+        "2",
+    ]
     with pytest.raises(settings.SettingsError, match="BYOC_CLEAN_EXIT='maybe': expected one of"):
         torchrun_plan(tmp_path, env={C.CLEAN_EXIT_ENV: "maybe"})
 
@@ -120,7 +129,7 @@ def test_clean_exit_can_be_turned_off(tmp_path):
     ],
 )
 def test_only_python_programs_go_through_clean_exit(program, wrapped):
-    assert plan.clean_exit_program(program) == wrapped
+    assert plan.wrapped_program(program, "clean_exit") == wrapped
 
 
 @pytest.mark.parametrize(

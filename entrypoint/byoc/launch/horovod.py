@@ -43,7 +43,7 @@ def run(job: Job) -> tuple[int, list[RankFailure]]:
     """This host's exit code and the failures to explain it with (ranks of every host report
     through horovodrun on the leader)."""
     if job.plan.role == "single":
-        code = procs.run_watched(job.plan.command, job.env, job.cwd, job.watcher)
+        code = procs.run_watched(job.plan.command, job.env, job.cwd, job.watcher, job.stall_watch())
     elif job.plan.role == "worker":
         code = _worker(job)
     else:
@@ -69,7 +69,7 @@ def _leader(job: Job) -> int:
             print(f"byoc: {host} accepts SSH ({took:.1f} s)", flush=True)
         lead.running()
         print(f"byoc: launching {plan.describe(job.plan.command)}", flush=True)
-        guard = lead.guard() if cfg.outsiders else None
+        guard = procs.guards(job.stall_watch(lead), lead.guard() if cfg.outsiders else None)
         exit_code = procs.run_watched(job.plan.command, job.env, job.cwd, job.watcher, guard)
         job.shutdown.result_known = True
         if cfg.outsiders:

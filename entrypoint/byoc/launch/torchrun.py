@@ -24,7 +24,7 @@ from byoc.launch import Job
 def run(job: Job) -> tuple[int, list[report.RankFailure]]:
     """This host's exit code and the failures to explain it with."""
     if job.plan.role == "single":
-        code = procs.run_watched(job.plan.command, job.env, job.cwd, job.watcher)
+        code = procs.run_watched(job.plan.command, job.env, job.cwd, job.watcher, job.stall_watch())
         return code, job.watcher.failures
     if job.plan.role == "worker":
         return _worker(job)
@@ -47,7 +47,8 @@ def _leader(job: Job) -> tuple[int, list[report.RankFailure]]:
         lead.running()
         started = True
         print(f"byoc: launching {plan.describe(job.plan.command)}", flush=True)
-        code = procs.run_watched(job.plan.command, job.env, job.cwd, job.watcher, lead.guard())
+        guard = procs.guards(lead.guard(), job.stall_watch(lead))
+        code = procs.run_watched(job.plan.command, job.env, job.cwd, job.watcher, guard)
         job.shutdown.result_known = True
         lead.result(code)  # this host's result; hosts still running learn of a failure
         # Outsiders still running see the job's end and stop within END_GRACE.
