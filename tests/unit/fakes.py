@@ -5,6 +5,7 @@ them, a host's /sys, /dev and /opt as fabric and doctor read them, NVIDIA's driv
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from byoc import fabric, plan, settings
@@ -140,3 +141,19 @@ class Host:
 
     def apply(self) -> list[str]:
         return fabric.apply(self.env, self.root)
+
+
+def tool_env(tmp_path: Path, bin_dir: Path, **extra: str) -> dict[str, str]:
+    """The environment make and the shell tools run in under test: the fakes in bin_dir first on
+    PATH, every state directory in tmp_path, nothing of a calling make."""
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "CLUSTER_STATE": str(tmp_path / "cluster"),
+        "SLURM_STATE": str(tmp_path / "slurm"),
+        "DOCKERD_PIDFILE": str(tmp_path / "dockerd.pid"),
+        **extra,
+    }
+    for name in ("MAKEFLAGS", "MAKELEVEL"):
+        env.pop(name, None)
+    return env

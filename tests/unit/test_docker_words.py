@@ -5,7 +5,6 @@ engine is needed and none is touched."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import pytest
 
 from hostkit import HostError
 from hostkit import docker as hostdocker
+from tests.unit.fakes import tool_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,16 +42,7 @@ def fake(tmp_path):
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
     log = tmp_path / "calls.log"
-    env = {
-        **os.environ,
-        "PATH": f"{bin_dir}:{os.environ['PATH']}",
-        "DOCKER": "runas fakedocker",
-        "FAKE_DOCKER_LOG": str(log),
-        "CLUSTER_STATE": str(tmp_path / "cluster"),
-        "SLURM_STATE": str(tmp_path / "slurm"),
-        "DOCKERD_PIDFILE": str(tmp_path / "dockerd.pid"),
-    }
-    env.pop("MAKEFLAGS", None)
+    env = tool_env(tmp_path, bin_dir, DOCKER="runas fakedocker", FAKE_DOCKER_LOG=str(log))
 
     def calls() -> list[str]:
         return log.read_text().splitlines() if log.exists() else []

@@ -6,11 +6,12 @@ PATH (docker, nvidia-smi, id, make, apt-get, python3) record every call; no engi
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
+
+from tests.unit.fakes import tool_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,19 +60,16 @@ def host(tmp_path):
     ):
         script(bin_dir, name, text)
     log = tmp_path / "calls.log"
-    env = {
-        **os.environ,
-        "PATH": f"{bin_dir}:{os.environ['PATH']}",
-        "DOCKER": "fakedocker",
-        "FAKE_LOG": str(log),
-        "FAKE_UP": str(tmp_path / "up"),
-        "FAKE_USER": "root:0:0",
-        "CLUSTER_STATE": str(tmp_path / "cluster"),
-        "SLURM_STATE": str(tmp_path / "slurm"),
-        "DOCKERD_PIDFILE": str(tmp_path / "dockerd.pid"),
-        "CLUSTER_GPUS": "0",
-    }
-    for name in ("MAKEFLAGS", "MAKELEVEL", "FLAVOR", "TAG", "IMAGE", "BYOC_IMAGE"):
+    env = tool_env(
+        tmp_path,
+        bin_dir,
+        DOCKER="fakedocker",
+        FAKE_LOG=str(log),
+        FAKE_UP=str(tmp_path / "up"),
+        FAKE_USER="root:0:0",
+        CLUSTER_GPUS="0",
+    )
+    for name in ("FLAVOR", "TAG", "IMAGE", "BYOC_IMAGE"):
         env.pop(name, None)
 
     def calls() -> list[str]:
