@@ -15,8 +15,11 @@ from tests.container.conftest import SCRIPTS, logs
 HOSTS = ["algo-1", "algo-2", "algo-3"]
 GROUPS = {"data": ["algo-1"], "train": ["algo-2", "algo-3"]}
 TYPES = {"data": "ml.c5.xlarge", "train": "ml.g5.12xlarge"}
-LINE = re.compile(r"HETERO rank=(\d+) size=(\d+) host=(\S+) group=(\S+) type=(\S+) "
-                  r"env_host=(\S+) env_type=(\S+) master=(\S+) hosts=(\S+) sum=(\S+)")  # fmt: skip
+# horovodrun may run a rank's next tag onto the end of a line ("sum=6[1,2]<stdout>:").
+LINE = re.compile(
+    r"HETERO rank=(\d+) size=(\d+) host=(\S+) group=(\S+) type=(\S+) "
+    r"env_host=(\S+) env_type=(\S+) master=(\S+) hosts=(\S+) sum=([0-9.]+)"
+)
 
 
 def group_of(host: str) -> str:
