@@ -25,6 +25,8 @@ IMAGE_DIR = "/opt/byoc/sources"
 # SOURCE_RECORDS_DIR: for the build scripts' tests, run outside an image.
 DIR = Path(os.environ.get("SOURCE_RECORDS_DIR") or IMAGE_DIR)
 KINDS = ("pypi-sdist", "pypi-wheel", "tarball")
+# A record's fields, each always present (write_sbom.py reads records of exactly these).
+FIELDS = ("name", "version", "url", "sha256", "kind", "patches", "not_built")
 
 
 def record(args: argparse.Namespace) -> dict:

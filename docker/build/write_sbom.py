@@ -44,7 +44,7 @@ from cyclonedx.model.component import (
 from cyclonedx.output.json import JsonV1Dot6
 from fetch_verified import sha256  # these two beside this file, in the image too
 from packageurl import PackageURL
-from source_record import IMAGE_DIR
+from source_record import FIELDS, IMAGE_DIR
 
 PROPERTY = "io.github.pytorch-horovod"
 
@@ -124,7 +124,7 @@ def python_components(venv: Path) -> list[Component]:
 
 
 RECORDS = IMAGE_DIR.lstrip("/")  # source_record.py's records, which the runtime carries
-RECORD_FIELDS = {"name", "version", "url", "sha256", "kind", "patches", "not_built"}
+RECORD_FIELDS = set(FIELDS)
 
 
 def read_records(rootfs: Path) -> list[dict]:

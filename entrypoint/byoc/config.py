@@ -171,8 +171,7 @@ def read_resource_config(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: hosts: a host is listed twice: {hosts!r}")
     for name in ("network_interface_name", "current_instance_type", "current_group_name"):
         _optional_str(path, data, name)
-    read_instance_groups(path, data)
-    return data
+    return data  # instance_groups: read_instance_groups, which load() calls
 
 
 def read_instance_groups(path: Path, data: dict[str, Any]) -> dict[str, list[str]]:

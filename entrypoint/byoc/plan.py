@@ -198,9 +198,8 @@ def make_plan(
         role = "leader"  # a world of one host, with outsiders to lead
     env: dict[str, str] = {}
     if launcher != "none" and not cfg.in_world:
-        role, slots = "outsider", 1
         command = wrapped_program(program, "clean_exit") if settings.clean_exit else list(program)
-        return Plan(role=role, launcher=launcher, slots=1, world_size=1, command=command)
+        return Plan(role="outsider", launcher=launcher, slots=1, world_size=1, command=command)
     if launcher != "none":
         env = stall_env(cfg, launcher, settings.stall_timeout, num_gpus)
     if launcher == "horovod":

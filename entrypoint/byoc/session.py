@@ -84,11 +84,15 @@ class Leading:
         return {self.cfg.current_host: mine, **self.state.answered_stacks()}
 
     def collect(
-        self, code: int, failures: list[report.RankFailure], hosts: list[str], timeout: float
+        self, code: int, failures: list[report.RankFailure], hosts: list[str]
     ) -> tuple[int, list[report.RankFailure]]:
-        """The job's result, once this host's is code (already told: result()): hosts' reports
-        (bounded by timeout), their failures added to failures. A host that says nothing has
-        not succeeded."""
+        """The job's result once this host's is code: the others are told code, then hosts'
+        reports are awaited (REPORT_TIMEOUT, and END_GRACE more where outsiders, still running,
+        first see the job's end), their failures added to failures. A host that says nothing
+        has not succeeded."""
+        self.result(code)
+        outsiders = set(hosts) & set(self.cfg.outsiders)
+        timeout = C.REPORT_TIMEOUT + (C.END_GRACE if outsiders else 0)
         late = self.wait_for(self.state.missing_reports(hosts), timeout)
         if late and code == 0:
             raise JobError(

@@ -12,7 +12,6 @@ failure, and collects their results once horovodrun is done (byoc.session).
 
 from __future__ import annotations
 
-from byoc import constants as C
 from byoc import coordinator, peers, plan, procs, session, ssh
 from byoc.deadline import Deadline
 from byoc.errors import JobError
@@ -72,11 +71,8 @@ def _leader(job: Job) -> int:
         guard = procs.guards(job.stall_watch(lead), lead.guard() if cfg.outsiders else None)
         exit_code = procs.run_watched(job.plan.command, job.env, job.cwd, job.watcher, guard)
         job.shutdown.result_known = True
-        if cfg.outsiders:
-            lead.result(exit_code)  # outsiders still running see the job's end
-            exit_code, _ = lead.collect(
-                exit_code, job.watcher.failures, cfg.outsiders, C.REPORT_TIMEOUT + C.END_GRACE
-            )
+        if cfg.outsiders:  # their failures join the watcher's, which run() returns
+            exit_code, _ = lead.collect(exit_code, job.watcher.failures, cfg.outsiders)
         return exit_code
     finally:
         # Leave as soon as every worker knows the result (bounded: a dead worker cannot hold us).

@@ -16,7 +16,6 @@ ended, so the job fails within seconds, with the first failure as its cause.
 
 from __future__ import annotations
 
-from byoc import constants as C
 from byoc import peers, plan, procs, report, session
 from byoc.launch import Job
 
@@ -50,10 +49,8 @@ def _leader(job: Job) -> tuple[int, list[report.RankFailure]]:
         guard = procs.guards(lead.guard(), job.stall_watch(lead))
         code = procs.run_watched(job.plan.command, job.env, job.cwd, job.watcher, guard)
         job.shutdown.result_known = True
-        lead.result(code)  # this host's result; hosts still running learn of a failure
-        # Outsiders still running see the job's end and stop within END_GRACE.
-        timeout = C.REPORT_TIMEOUT + (C.END_GRACE if cfg.outsiders else 0)
-        return lead.collect(code, _mine(job), cfg.others, timeout)
+        # Hosts still running learn this host's result (a failure ends them).
+        return lead.collect(code, _mine(job), cfg.others)
     finally:
         # Workers still waiting to start learn the result, then leave; the others reported.
         lead.end(code, wait_seen=not started)
