@@ -117,9 +117,47 @@ RUN rm -f /etc/apt/sources.list.d/cuda*.list \
  && rm -f /etc/ssh/ssh_host_*
 
 # ---------------------------------------------------------------------------------------------
+# The runtime's venv with torch (and torchvision): installed once, here. The runtime's files start
+# from it, and the builder compiles Horovod against a copy of it: the very torch the image ships.
+FROM runtime-os AS torch-venv
+ARG TORCH_VERSION
+ARG TORCHVISION_VERSION
+ARG TORCH_INDEX_URL
+ENV VENV=/opt/venv \
+    PATH=/opt/venv/bin:${PATH} \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONUNBUFFERED=1 \
+    # OpenMPI in a container runs as root unless the user picks another; allow it explicitly.
+    OMPI_ALLOW_RUN_AS_ROOT=1 \
+    OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+    # The NVIDIA container toolkit mounts the driver for these; nothing of the driver is baked.
+    NVIDIA_VISIBLE_DEVICES=all \
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility \
+    # hwloc's GL plugin looks for X displays :0, :1, ... over TCP (localhost:6000+N): a
+    # TensorBoard on 6006 (display :6) accepts and never answers, and every mpirun hangs.
+    HWLOC_COMPONENTS=-gl
+# torch first: the biggest layer, and the one that changes least. (Pinned by ARG.) An empty
+# TORCHVISION_VERSION leaves torchvision out (the torch canary, before a matching one exists).
+# pip's bytecode (__pycache__) stays: ~300 MB that halve every fresh container's
+# `import torch, horovod.torch` (7 s -> 3.5 s here), for each rank, each elastic join, and a
+# non-root user, who cannot write it at run time.
+# hadolint ignore=DL3013
+RUN --mount=type=cache,target=/root/.cache/pip \
+    --mount=type=secret,id=ca \
+    --mount=type=bind,source=.wheelhouse,target=/wheelhouse \
+    --mount=type=bind,source=docker/build/pip-env.sh,target=/tmp/pip-env.sh \
+    . /tmp/pip-env.sh \
+ && python3 -m venv "${VENV}" \
+ && pip install ${TORCH_INDEX_URL:+--index-url "${TORCH_INDEX_URL}"} \
+        "torch==${TORCH_VERSION}" ${TORCHVISION_VERSION:+"torchvision==${TORCHVISION_VERSION}"}
+
+# ---------------------------------------------------------------------------------------------
+# The builders' OS: compilers, Open MPI's headers, Python's. Two builders start from it and run
+# side by side (BuildKit builds independent stages at once): Horovod's, which needs torch, and
+# the other wheels', which does not.
 # A stage above, picked by FLAVOR, not a registry image:
 # hadolint ignore=DL3006
-FROM builder-base-${FLAVOR} AS builder
+FROM builder-base-${FLAVOR} AS build-os
 SHELL ["/bin/bash", "-o", "pipefail", "-euc"]
 ENV DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8 LC_ALL=C.UTF-8
 RUN rm -f /etc/apt/sources.list.d/cuda*.list \
@@ -133,25 +171,49 @@ RUN rm -f /etc/apt/sources.list.d/cuda*.list \
         python3-dev \
         python3-venv \
  && rm -rf /var/lib/apt/lists/*
-
-ARG TORCH_VERSION
-ARG TORCH_INDEX_URL
 ENV VENV=/opt/venv PATH=/opt/venv/bin:${PATH} \
     PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_WARN_SCRIPT_LOCATION=1
 COPY docker/build/pip-env.sh /usr/local/lib/byoc-build/pip-env.sh
 COPY docker/requirements-build.txt /tmp/requirements-build.txt
-# pip-env.sh points pip at the CA secret and the wheelhouse when the build is given them.
-# Horovod compiles against torch alone: no torchvision here.
-# hadolint ignore=DL3013
+
+# smdebug (last release 2023) patched for protobuf >= 4 and numpy 2 (docs/patches.md),
+# and the other sdists the runtime needs (sagemaker-training has a C extension), as wheels;
+# the runtime installs them with the rest of the lock. No torch here: none of them builds
+# against it, so this runs while torch downloads and Horovod compiles.
+FROM build-os AS py-wheels
+ARG SMDEBUG_VERSION
+ARG SMDEBUG_SHA256
+COPY docker/build/build-smdebug.sh docker/build/smdebug_pb2_upgrade.py docker/build/source_record.py \
+     docker/build/fetch_verified.py /usr/local/lib/byoc-build/
+COPY docker/patches/ /usr/local/lib/byoc-build/patches/
+COPY docker/requirements.txt /tmp/requirements.txt
 RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=ca \
     --mount=type=bind,source=.wheelhouse,target=/wheelhouse \
     . /usr/local/lib/byoc-build/pip-env.sh \
  && python3 -m venv "${VENV}" \
  && pip install --require-hashes -r /tmp/requirements-build.txt \
- && pip install ${TORCH_INDEX_URL:+--index-url "${TORCH_INDEX_URL}"} "torch==${TORCH_VERSION}"
+ && /usr/local/lib/byoc-build/build-smdebug.sh /wheels \
+ # mpi4py from source, against this image's Open MPI (PyPI's wheels bring an MPI of their own).
+ # Every file fetched is checked against the lock's sha256 (make lock); sdists' build
+ # dependencies, which pip fetches for their isolated builds, are not (pip does not hash them).
+ && pip wheel --require-hashes --no-binary mpi4py --wheel-dir /wheels -r /tmp/requirements.txt
+
+# What builds against torch: the runtime's venv (torch-venv: both bases' python3 is the
+# distribution's, at the same path), and the build's tools beside its torch. pip-env.sh points pip
+# at the CA secret and the wheelhouse when the build is given them. Horovod's builder and
+# nccl-tests start from here, side by side.
+FROM build-os AS build-torch
+COPY --from=torch-venv /opt/venv /opt/venv
+RUN --mount=type=cache,target=/root/.cache/pip \
+    --mount=type=secret,id=ca \
+    --mount=type=bind,source=.wheelhouse,target=/wheelhouse \
+    . /usr/local/lib/byoc-build/pip-env.sh \
+ && python3 -c 'import sys, torch; print(f"builder: torch {torch.__version__} on Python {sys.version.split()[0]}")' \
+ && pip install --require-hashes -r /tmp/requirements-build.txt
 
 # Horovod from the PyPI sdist, verified, patched, built into a wheel.
+FROM build-torch AS builder
 ARG HOROVOD_VERSION
 ARG HOROVOD_SHA256
 ARG HOROVOD_GPU_OPERATIONS
@@ -166,32 +228,17 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     . /usr/local/lib/byoc-build/pip-env.sh \
  && /usr/local/lib/byoc-build/build-horovod.sh /wheels
 
-# smdebug (last release 2023) patched for protobuf >= 4 and numpy 2 (docs/patches.md),
-# and the other sdists the runtime needs (sagemaker-training has a C extension), as wheels.
-ARG SMDEBUG_VERSION
-ARG SMDEBUG_SHA256
-COPY docker/build/build-smdebug.sh docker/build/smdebug_pb2_upgrade.py /usr/local/lib/byoc-build/
-COPY docker/requirements.txt /tmp/requirements.txt
-RUN --mount=type=cache,target=/root/.cache/pip \
-    --mount=type=secret,id=ca \
-    --mount=type=bind,source=.wheelhouse,target=/wheelhouse \
-    . /usr/local/lib/byoc-build/pip-env.sh \
- && /usr/local/lib/byoc-build/build-smdebug.sh /wheels \
- # mpi4py from source, against this image's Open MPI (PyPI's wheels bring an MPI of their own).
- # Every file fetched is checked against the lock's sha256 (make lock); sdists' build
- # dependencies, which pip fetches for their isolated builds, are not (pip does not hash them).
- && pip wheel --require-hashes --no-binary mpi4py --wheel-dir /wheels -r /tmp/requirements.txt
-
 # nccl-tests (MPI on) against torch's NCCL, from the release tarball verified by sha256
 # (docker/build/build-nccl-tests.sh; offline builds: NCCL_TESTS_TARBALL=... make build).
 # NCCL_TESTS=auto builds it when the source can be had; on: fail without it; off: leave it out.
-FROM builder AS nccl-tests
+FROM build-torch AS nccl-tests
 ARG NCCL_TESTS_VERSION
 ARG NCCL_TESTS_URL
 ARG NCCL_TESTS_SHA256
 ARG NCCL_TESTS
 ARG CUDA_ARCHS
-COPY docker/build/build-nccl-tests.sh docker/build/source-lib.sh /usr/local/lib/byoc-build/
+COPY docker/build/build-nccl-tests.sh docker/build/source-lib.sh docker/build/nccl-home.sh \
+     docker/build/fetch_verified.py docker/build/source_record.py /usr/local/lib/byoc-build/
 RUN --mount=type=secret,id=ca \
     --mount=type=bind,source=.sources,target=/sources \
     /usr/local/lib/byoc-build/build-nccl-tests.sh /opt/nccl-tests
@@ -239,52 +286,23 @@ RUN --mount=type=secret,id=ca \
     /usr/local/lib/byoc-build/build-efa.sh aws-ofi-nccl /opt/amazon/ofi-nccl
 
 # Our own package, in a stage of its own so an edit rebuilds seconds, not Horovod.
-FROM builder AS entrypoint-wheel
+FROM build-torch AS entrypoint-wheel
 COPY entrypoint/ /src/entrypoint/
 RUN pip wheel --no-deps --no-build-isolation --wheel-dir /wheels-own /src/entrypoint
 
 # ---------------------------------------------------------------------------------------------
-FROM runtime-os AS runtime-files
-ARG TORCH_VERSION
-ARG TORCHVISION_VERSION
-ARG TORCH_INDEX_URL
+FROM torch-venv AS runtime-files
 ARG HOROVOD_VERSION
 ARG SMDEBUG_VERSION
-ENV VENV=/opt/venv \
-    PATH=/opt/venv/bin:${PATH} \
-    PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    PYTHONUNBUFFERED=1 \
-    # OpenMPI in a container runs as root unless the user picks another; allow it explicitly.
-    OMPI_ALLOW_RUN_AS_ROOT=1 \
-    OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-    # The NVIDIA container toolkit mounts the driver for these; nothing of the driver is baked.
-    NVIDIA_VISIBLE_DEVICES=all \
-    NVIDIA_DRIVER_CAPABILITIES=compute,utility \
-    # hwloc's GL plugin looks for X displays :0, :1, ... over TCP (localhost:6000+N): a
-    # TensorBoard on 6006 (display :6) accepts and never answers, and every mpirun hangs.
-    HWLOC_COMPONENTS=-gl
-# torch first: the biggest layer, and the one that changes least. (Pinned by ARG.) An empty
-# TORCHVISION_VERSION leaves torchvision out (the torch canary, before a matching one exists).
-# pip's bytecode (__pycache__) stays: ~300 MB that halve every fresh container's
-# `import torch, horovod.torch` (7 s -> 3.5 s here), for each rank, each elastic join, and a
-# non-root user, who cannot write it at run time.
-# hadolint ignore=DL3013
-RUN --mount=type=cache,target=/root/.cache/pip \
-    --mount=type=secret,id=ca \
-    --mount=type=bind,source=.wheelhouse,target=/wheelhouse \
-    --mount=type=bind,source=docker/build/pip-env.sh,target=/tmp/pip-env.sh \
-    . /tmp/pip-env.sh \
- && python3 -m venv "${VENV}" \
- && pip install ${TORCH_INDEX_URL:+--index-url "${TORCH_INDEX_URL}"} \
-        "torch==${TORCH_VERSION}" ${TORCHVISION_VERSION:+"torchvision==${TORCHVISION_VERSION}"}
-# Horovod and the SageMaker libraries, from the wheels the builder made: nothing compiled here,
+# Horovod and the SageMaker libraries, from the wheels the builders made: nothing compiled here,
 # no index.
-# The lock's pins without its hashes: the builder checked what it fetched, and the wheels it
+# The lock's pins without its hashes: py-wheels checked what it fetched, and the wheels it
 # built from sdists (mpi4py, sagemaker-training, ...) have hashes of their own.
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
+    --mount=type=bind,from=py-wheels,source=/wheels,target=/wheels-py \
     --mount=type=bind,source=docker/requirements.txt,target=/tmp/requirements.txt \
     sed -nE 's/^([A-Za-z0-9_.-]+==[^ ]+).*/\1/p' /tmp/requirements.txt > /tmp/pins.txt \
- && pip install --no-cache-dir --no-index --find-links /wheels \
+ && pip install --no-cache-dir --no-index --find-links /wheels --find-links /wheels-py \
         -r /tmp/pins.txt "horovod==${HOROVOD_VERSION}" "smdebug==${SMDEBUG_VERSION}+byoc.1" \
  && rm /tmp/pins.txt \
  && pip check
@@ -299,6 +317,8 @@ RUN --mount=type=bind,source=docker/build/nccl-home.sh,target=/tmp/nccl-home.sh 
     fi
 COPY --from=nccl-tests /opt/nccl-tests/ /opt/nccl-tests/
 # What each source build made, from what (docker/build/source_record.py): the SBOM reads these.
+COPY --from=builder /opt/byoc/sources/ /opt/byoc/sources/
+COPY --from=py-wheels /opt/byoc/sources/ /opt/byoc/sources/
 COPY --from=nccl-tests /opt/byoc/sources/ /opt/byoc/sources/
 ENV PATH=${PATH}:/opt/nccl-tests/bin
 # EFA: rdma-core's user-space verbs and efa provider (the kernel driver is the host's), hwloc for
@@ -342,7 +362,7 @@ RUN --mount=type=bind,from=entrypoint-wheel,source=/wheels-own,target=/wheels-ow
 # (docker/build/write_sbom.py) in a venv of this stage: every dpkg package and Python
 # distribution the runtime holds, the sources built from verified tarballs with their patches,
 # the base images.
-FROM builder AS sbom
+FROM build-os AS sbom
 # CycloneDX's library first, in a layer of its own: the runtime's files change with every build,
 # these pins seldom.
 COPY docker/requirements-sbom.txt /usr/local/lib/byoc-build/
@@ -353,7 +373,8 @@ RUN --mount=type=cache,target=/root/.cache/pip \
  && python3 -m venv /opt/sbom \
  && /opt/sbom/bin/pip install --require-hashes -r /usr/local/lib/byoc-build/requirements-sbom.txt
 ARG FLAVOR
-COPY docker/build/write_sbom.py /usr/local/lib/byoc-build/
+COPY docker/build/write_sbom.py docker/build/fetch_verified.py docker/build/source_record.py \
+     /usr/local/lib/byoc-build/
 RUN --mount=type=bind,from=runtime-files,target=/rootfs \
     /opt/sbom/bin/python /usr/local/lib/byoc-build/write_sbom.py --rootfs /rootfs \
         --out /sbom.cdx.json

@@ -25,8 +25,11 @@ export FLAVOR IMAGE TAG DOCKER LOCAL_BASE
 # The first line of every target that runs $(IMAGE):$(TAG): builds it when the engine has none.
 IMAGE_OR_BUILD = @$(DOCKER) image inspect $(IMAGE):$(TAG) >/dev/null 2>&1 || $(MAKE) --no-print-directory build
 
-PY := $(VENV)/bin/python
+# Every host tool runs on the dev venv's python (its floor: hostkit/__init__.py), from make or,
+# through PY, from the scripts make runs.
+PY := $(abspath $(VENV))/bin/python
 DEV_STAMP := $(VENV)/.installed
+export PY
 
 HOSTS ?= 2
 SLOTS ?= 2
@@ -75,21 +78,22 @@ help: ## Show this help
 	@echo "Variables: FLAVOR=$(FLAVOR) IMAGE=$(IMAGE) TAG=$(TAG) DOCKER=$(DOCKER)"
 	@echo "Build inputs (see docs/building.md): BASE_IMAGE, BUILDER_IMAGE, RUNTIME_IMAGE, WHEELHOUSE, TORCH_INDEX_URL, CUDA_ARCHS, BUILD_ARGS"
 
-local-train: engine ## The main job: SageMaker's `train` on HOSTS containers (SLOTS each) of $(IMAGE):$(TAG); LAUNCHER=horovod|torchrun, INSTANCE_GROUPS, DISTRIBUTION_GROUPS, WARM_POOL_CACHE
+local-train: $(DEV_STAMP) engine ## The main job: SageMaker's `train` on HOSTS containers (SLOTS each) of $(IMAGE):$(TAG); LAUNCHER=horovod|torchrun, INSTANCE_GROUPS, DISTRIBUTION_GROUPS, WARM_POOL_CACHE
 	$(IMAGE_OR_BUILD)
-	python3 -m hostkit.local_train $(LOCAL_TRAIN_INSTANCES) --slots $(SLOTS) --launcher $(LAUNCHER) \
+	$(PY) -m hostkit.local_train $(LOCAL_TRAIN_INSTANCES) --slots $(SLOTS) --launcher $(LAUNCHER) \
 		--image $(IMAGE):$(TAG) $(LOCAL_TRAIN_ARGS)
 
 engine: ## Make sure a Docker engine answers (as root on Debian/Ubuntu: install and start one)
 	@scripts/docker.sh engine
 
-build: engine ## Build $(IMAGE):$(TAG) for FLAVOR (cpu falls back to a local Debian base without a registry)
+build: $(DEV_STAMP) engine ## Build $(IMAGE):$(TAG) for FLAVOR (cpu falls back to a local Debian base without a registry)
 	@scripts/build.sh
 
 local-base: engine ## Make the OS base image $(LOCAL_BASE) from the Debian mirror (mmdebstrap + docker import)
 	@scripts/local-base.sh $(LOCAL_BASE)
 
 $(DEV_STAMP): requirements-dev.txt tests/requirements-sdk.txt
+	@python3 -c 'import hostkit'
 	@scripts/prereq.sh venv
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q -r requirements-dev.txt
@@ -134,8 +138,12 @@ smoke: engine ## The main job (make local-train), short, with each launcher, on 
 	$(MAKE) --no-print-directory local-train TAG=cpu LAUNCHER=horovod LOCAL_TRAIN_ARGS="$(SMOKE_ARGS)"
 	$(MAKE) --no-print-directory local-train TAG=cpu LAUNCHER=torchrun LOCAL_TRAIN_ARGS="$(SMOKE_ARGS)"
 
-# How long a cold CI run of this takes on 2 cores: docs/tests.md (60 min are allowed).
-test: lint test-unit test-container smoke test-gpu-flavor test-horovod ## Lint, unit, container tests, the main job's smoke, the gpu flavor on stand-ins, Horovod's own suites
+# How long a cold CI run of this takes on 2 cores, stage by stage: docs/tests.md.
+TEST_LANES ?= 2
+# make's own command for the stages, named apart so `make -n test` does not run them.
+SUB_MAKE := $(MAKE)
+test: $(DEV_STAMP) engine test-deps ## Lint, unit, container tests, the main job's smoke, the gpu flavor on stand-ins, Horovod's own suites: two lanes side by side (TEST_LANES=1: one)
+	@TEST_LANES=$(TEST_LANES) $(PY) -m hostkit.testrun --make "$(SUB_MAKE)"
 
 STANDIN ?= pytorch-horovod-standin
 STANDIN_CUDA_ARCHS ?= 80,90
@@ -156,24 +164,24 @@ test-gpu-flavor: $(DEV_STAMP) build-gpu-standin ## gpu flavor checks without a G
 HOROVOD_SUITE_IMAGES ?= $(IMAGE):cpu $(IMAGE):gpu-standin
 HOROVOD_SRC_TARBALL ?=
 HOROVOD_SUITES_ARGS ?=
-SUITES_CMD = python3 -m hostkit.horovod_suites $(foreach i,$(HOROVOD_SUITE_IMAGES),--image $(i)) \
+SUITES_CMD = $(PY) -m hostkit.horovod_suites $(foreach i,$(HOROVOD_SUITE_IMAGES),--image $(i)) \
 	$(if $(HOROVOD_SRC_TARBALL),--source $(HOROVOD_SRC_TARBALL))
-test-horovod: engine ## Horovod's own suites (torch, elastic, runner...) on HOROVOD_SUITE_IMAGES, both controllers
+test-horovod: $(DEV_STAMP) engine ## Horovod's own suites (torch, elastic, runner...) on HOROVOD_SUITE_IMAGES, both controllers
 	$(SUITES_CMD) $(HOROVOD_SUITES_ARGS)
 
 SOAK_RUNS ?= 20
 SOAK_LOAD ?= 2
-test-horovod-soak: engine ## Slow: test_torch.py SOAK_RUNS times per image and controller beside SOAK_LOAD busy containers
+test-horovod-soak: $(DEV_STAMP) engine ## Slow: test_torch.py SOAK_RUNS times per image and controller beside SOAK_LOAD busy containers
 	$(SUITES_CMD) --suite torch --repeat $(SOAK_RUNS) --load $(SOAK_LOAD) $(HOROVOD_SUITES_ARGS)
 
-canary: engine ## The cpu image on TORCH_VERSION (TORCHVISION_VERSION: none unless given): Horovod's suites and the smoke job
+canary: $(DEV_STAMP) engine ## The cpu image on TORCH_VERSION (TORCHVISION_VERSION: none unless given): Horovod's suites and the smoke job
 	@TORCH_VERSION=$(TORCH_VERSION) TORCHVISION_VERSION=$(TORCHVISION_VERSION) \
 		HOROVOD_SRC_TARBALL=$(HOROVOD_SRC_TARBALL) scripts/canary.sh
 
 BENCH_ARGS ?=
-bench: engine ## Measure $(IMAGE):$(TAG) (built if missing) on NODES pinned containers: link, allreduce per library, training, scaling, launch, Pipe reader, elastic join/recovery -> bench/<stamp>/
+bench: $(DEV_STAMP) engine ## Measure $(IMAGE):$(TAG) (built if missing) on NODES pinned containers: link, allreduce per library, training, scaling, launch, Pipe reader, elastic join/recovery -> bench/<stamp>/
 	$(IMAGE_OR_BUILD)
-	python3 -m hostkit.bench --nodes $(NODES) $(BENCH_ARGS)
+	$(PY) -m hostkit.bench --nodes $(NODES) $(BENCH_ARGS)
 
 k8s-validate: $(DEV_STAMP) ## Render every deploy/kubernetes overlay and validate it against the engines' pinned CRDs
 	$(PY) -m hostkit.k8s_validate

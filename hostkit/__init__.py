@@ -10,8 +10,18 @@ hostkit.dockerfile only.
 
 from __future__ import annotations
 
+import platform
 import sys
 from collections.abc import Callable
+
+# The one statement of the host tools' Python floor: the dev venv's python3 (make makes the venv
+# only where it holds), or the python3 that runs a tool directly.
+MIN_PYTHON = (3, 10)
+if sys.version_info < MIN_PYTHON:
+    sys.exit(
+        f"hostkit: needs Python {'.'.join(map(str, MIN_PYTHON))} or newer, and "
+        f"{sys.executable} is {platform.python_version()}: put a newer python3 first on PATH"
+    )
 
 
 class HostError(Exception):

@@ -33,6 +33,7 @@ import tarfile
 import tempfile
 import time
 import xml.etree.ElementTree as ET
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,8 +42,8 @@ from hostkit.docker import TIMED_OUT, Docker, build_client
 
 try:
     import tomllib
-except ModuleNotFoundError:  # Python < 3.11: say so, not a traceback
-    sys.exit("horovod-suites: needs Python 3.11 or newer (tomllib)")
+except ModuleNotFoundError:  # Python 3.10: the dev venv has tomli (requirements-dev.txt)
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFORMANCE = ROOT / "tests" / "conformance"
@@ -219,6 +220,9 @@ class Expected:
     controllers: tuple[str, ...]
     images: tuple[str, ...]  # substrings of the image name; empty: every image
     strict: bool = True  # False: timing-dependent upstream, a pass is reported, not a failure
+    # True: not run at all (pytest -k): when it fails, the ranks leave it out of step and every
+    # later test of the run hangs, so one race would cost the whole suite its results.
+    hangs: bool = False
 
     def applies(self, image: str, controller: str) -> bool:
         return (not self.controllers or controller in self.controllers) and (
@@ -244,7 +248,7 @@ def load_expected(path: Path) -> list[Expected]:
         where = f"{path}: failure #{i}"
         if not isinstance(e, dict):
             raise HostError(f"{where}: must be a table")
-        extra = set(e) - {"test", "reason", "upstream", "controllers", "images", "strict"}
+        extra = set(e) - {"test", "reason", "upstream", "controllers", "images", "strict", "hangs"}
         if extra:
             raise HostError(f"{where}: unknown field(s) {sorted(extra)}")
         for key in ("test", "reason", "upstream"):
@@ -265,9 +269,11 @@ def load_expected(path: Path) -> list[Expected]:
         images = e.get("images", [])
         if not isinstance(images, list) or any(not isinstance(i, str) or not i for i in images):
             raise HostError(f"{where}: 'images' must be a list of non-empty strings")
-        strict = e.get("strict", True)
+        strict, hangs = e.get("strict", True), e.get("hangs", False)
         if not isinstance(strict, bool):
             raise HostError(f"{where}: 'strict' must be true or false")
+        if not isinstance(hangs, bool):
+            raise HostError(f"{where}: 'hangs' must be true or false")
         out.append(
             Expected(
                 test,
@@ -276,6 +282,7 @@ def load_expected(path: Path) -> list[Expected]:
                 tuple(controllers),
                 tuple(images),
                 strict,
+                hangs,
             )
         )
     return out
@@ -378,6 +385,7 @@ class Verdict:
     xpassed: list[str] = field(default_factory=list)  # listed failures that passed: their ids
     expected: list[str] = field(default_factory=list)
     flaky_passed: list[str] = field(default_factory=list)  # non-strict entries that passed
+    not_run: list[str] = field(default_factory=list)  # entries with hangs = true: deselected
     notes: list[str] = field(default_factory=list)  # said, not failing
     problems: list[str] = field(default_factory=list)  # dead ranks, hangs, missing reports
 
@@ -505,9 +513,23 @@ def test_image(docker: Docker, image: str, ca: str) -> str:
     return ref
 
 
-def suite_command(suite: Suite, controller: str, out: str, gpus: int) -> str:
+def not_run(suite: Suite, image: str, controller: str, expected: list[Expected]) -> list[str]:
+    """The listed tests of this suite run that hang the rest of it when they fail."""
+    return [
+        e.test
+        for e in expected
+        if e.hangs and e.test.split("::")[0] == suite.path and e.applies(image, controller)
+    ]
+
+
+def suite_command(
+    suite: Suite, controller: str, out: str, gpus: int, deselect: Sequence[str] = ()
+) -> str:
     target = f"/horovod/test/{suite.path}"
     pytest = f"-o junit_family=xunit1 --timeout {TEST_TIMEOUT} --timeout-method thread {target}"
+    if deselect:  # by the test's name: ids are relative to each rank's directory
+        names = " or ".join(sorted({t.rsplit("::", 1)[1] for t in deselect}))
+        pytest += f" -k 'not ({names})'"
     steps = []
     if suite.sshd:
         steps.append("python /conformance/sshd.py")
@@ -602,7 +624,8 @@ def run_one(
         args += ["-e", f"{k}={v}"]
     if gpus:
         args += ["--gpus", "all"]
-    cmd = suite_command(suite, controller, "/out", gpus)
+    deselect = not_run(suite, image, controller, expected)
+    cmd = suite_command(suite, controller, "/out", gpus, deselect)
     cid = docker(*args, ref, "bash", "-c", cmd).stdout.strip()
     start = time.monotonic()
     problems, status, hung = [], "", ""
@@ -645,7 +668,7 @@ def run_one(
             except ValueError as exc:
                 problems.append(f"rank {r}: {exc}")
     verdict = judge(image, suite, controller, merge(per_rank), expected, problems, seconds)
-    verdict.notes = notes
+    verdict.notes, verdict.not_run = notes, deselect
     return verdict
 
 
@@ -694,6 +717,8 @@ def print_verdict(v: Verdict, log: Path) -> None:
         say(f"    note: {note}")
     for tid in v.flaky_passed:
         say(f"    note: {tid} passed this time (listed as timing-dependent, strict = false)")
+    for tid in v.not_run:
+        say(f"    not run: {tid} (listed with hangs = true)")
     if not v.ok:
         say(f"    log: {log}")
 
@@ -785,7 +810,7 @@ def stale_entries(expected: list[Expected], verdicts: list[Verdict]) -> list[str
     renamed or removed upstream): the list must stay true."""
     paths = {s.name: s.path for s in SUITES}
     stale = []
-    for e in expected:
+    for e in (e for e in expected if not e.hangs):  # never run: neither fails nor passes
         runs = [
             v
             for v in verdicts

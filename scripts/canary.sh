@@ -36,12 +36,12 @@ if ! FLAVOR=cpu TAG=$tag BUILD_ARGS="${BUILD_ARGS:-} --build-arg TORCH_VERSION=$
     exit 1
 fi
 suites=yes
-python3 -m hostkit.horovod_suites --image "$IMAGE:$tag" ${HOROVOD_SRC_TARBALL:+--source "$HOROVOD_SRC_TARBALL"} \
+"${PY:-python3}" -m hostkit.horovod_suites --image "$IMAGE:$tag" ${HOROVOD_SRC_TARBALL:+--source "$HOROVOD_SRC_TARBALL"} \
     || suites=no
 smoke=yes
 for launcher in horovod torchrun; do
     rm -rf "local/canary-$torch-$launcher"
-    python3 -m hostkit.local_train --hosts 2 --slots 2 --launcher "$launcher" --image "$IMAGE:$tag" \
+    "${PY:-python3}" -m hostkit.local_train --hosts 2 --slots 2 --launcher "$launcher" --image "$IMAGE:$tag" \
         --hp epochs=1 --hp samples=1024 --timeout 600 --out "local/canary-$torch-$launcher" || smoke=no
 done
 result "yes" "$suites" "$smoke"

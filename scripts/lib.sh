@@ -45,8 +45,9 @@ dk_build() {
 }
 
 # pin NAME: the Dockerfile's default for ARG NAME, with the ARGs it uses expanded (run from the
-# repository root: python3 -m finds hostkit there).
-pin() { python3 -m hostkit.dockerfile "$1"; }
+# repository root: python -m finds hostkit there). PY: the dev venv's python, which make exports;
+# python3 where a script runs alone.
+pin() { "${PY:-python3}" -m hostkit.dockerfile "$1"; }
 
 # default_flavor: gpu where an NVIDIA GPU is visible, else cpu: the flavor the Makefile and the
 # shell tools take when FLAVOR is not given. Visible means nvidia-smi lists one: the driver's

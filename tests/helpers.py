@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -69,3 +70,10 @@ def elastic_coverage(text: str) -> list[tuple[int, int, int, int]]:
             text,
         )
     ]
+
+
+def free_port() -> int:
+    """A TCP port on loopback that nothing listens on (at the moment of asking)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

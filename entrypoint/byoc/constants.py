@@ -83,6 +83,10 @@ HOROVOD_STALL_CHECK = 60  # Horovod's own default period
 # Where armed ranks keep their stack dumps (byoc.stacks); not uploaded, unlike output/data.
 STACKS_DIR_ENV = "BYOC_STACKS_DIR"
 STACKS_DIR = "output/.stacks"
+# In-job restarts (byoc.restarts): a failed or stalled attempt runs again on the same hosts.
+RESTARTS_ENV = "BYOC_RESTARTS"  # how many times at most; 0 (the default): none
+MAX_RESTARTS = 100  # more is a typo: each restart costs a rendezvous and a checkpoint's reload
+ATTEMPT_ENV = "BYOC_ATTEMPT"  # set by `train` for the program: 1, then 2, ... after restarts
 REPORT_TIMEOUT = 30.0  # s the leader waits for the workers' results once its own is known
 # s a host's ranks get to notice another host's failure (or the job's end) themselves
 END_GRACE = 20.0
@@ -94,7 +98,7 @@ DISCOVER_COMMAND_ENV = "BYOC_DISCOVER_COMMAND"
 DISCOVER_COMMAND_TIMEOUT = 10.0  # s: the operator's script only echoes; a stalled one is an error
 DISCOVER_SLOTS_ENV = "BYOC_DISCOVER_SLOTS"  # slots of a candidate that names none
 DISCOVER_PORT_ENV = "BYOC_DISCOVER_PORT"  # the port that must answer with an SSH banner
-DEFAULT_DISCOVER_PORT = 22
+DEFAULT_DISCOVER_PORT = 22  # where neither BYOC_DISCOVER_PORT nor SSH_PORT (dev's sshd) is set
 DISCOVER_TIMEOUT_ENV = "BYOC_DISCOVER_TIMEOUT"  # s for all probes together
 DEFAULT_DISCOVER_TIMEOUT = 1.0  # horovodrun asks every second
 # s a host that answered before stays listed while its probes go unanswered (a busy sshd or DNS);

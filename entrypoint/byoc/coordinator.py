@@ -7,9 +7,15 @@ POST /join             {"host", "user_key", "host_keys"}: a worker joins (keys m
 GET  /peers?host=NAME  {"complete": bool, "hosts": {name: {"addresses", "user_key",
                        "host_keys"}}}: everything every host needs to trust the others, once
                        all have joined.
-GET  /status?host=NAME {"state": "starting"|"running"|"done", "exit_code": N|null, "stacks": N}
-POST /report           {"host", "exit_code", "failure"}: a worker's own result (torchrun, where
-                       each host runs its own launcher).
+GET  /status?host=NAME {"state": "starting"|"running"|"restarting"|"done", "exit_code": N|null,
+                       "stacks": N, "attempt": N}: "restarting": attempt N failed and another
+                       follows (byoc.restarts); each host ends what is left of its ranks, then
+                       says so (/ready)
+POST /report           {"host", "exit_code", "failure", "attempt"}: a worker's own result of an
+                       attempt (torchrun, where each host runs its own launcher); one of an
+                       earlier attempt is dropped.
+POST /ready            {"host", "attempt"}: nothing is left of the attempt's processes on the
+                       host; it waits for the next.
 POST /stacks           {"host", "ask", "ranks": [{"rank", "frames"}]}: a host's answer to the
                        leader's ask number `ask` (GET /status says "stacks": the latest ask) for
                        its ranks' stacks (byoc.stall), once it has dumped them.
@@ -36,7 +42,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from byoc.deadline import Deadline
 
 # The routes, spelled here only: the server below answers them, Client asks them.
-JOIN, PEERS, STATUS, REPORT, STACKS = "/join", "/peers", "/status", "/report", "/stacks"
+JOIN, PEERS, STATUS, REPORT = "/join", "/peers", "/status", "/report"
+STACKS, READY = "/stacks", "/ready"
 MAX_BODY = 64 * 1024  # a join or a report is a few KB
 # One OpenSSH public key: type, base64 blob, maybe a printable comment; no options, no newline.
 PUBLIC_KEY = re.compile(
@@ -73,11 +80,20 @@ class JobState:
         self.seen_done: set[str] = set()
         self.stacks_asked = 0  # the leader's latest ask for every host's stacks
         self.stacks: dict[str, list] = {}  # each host's answer to it
+        self.attempt = 1  # the job's attempt (byoc.restarts): 1, then one more per restart
+        self.ready: set[str] = set()  # hosts with nothing left of the failed attempt
         self.lock = threading.Condition()
 
     def set(self, state: str, exit_code: int | None = None) -> None:
         with self.lock:
             self.state, self.exit_code = state, exit_code
+            self.lock.notify_all()
+
+    def begin(self, attempt: int) -> None:
+        """Attempt `attempt` runs: the reports and readiness of the one before are forgotten."""
+        with self.lock:
+            self.state, self.exit_code, self.attempt = "running", None, attempt
+            self.reports, self.ready = {}, set()
             self.lock.notify_all()
 
     def claim(self, host: object, source: str | None) -> tuple[int, str] | None:
@@ -138,7 +154,12 @@ class JobState:
             if host and self.state == "done":
                 self.seen_done.add(host)
                 self.lock.notify_all()
-            return {"state": self.state, "exit_code": self.exit_code, "stacks": self.stacks_asked}
+            return {
+                "state": self.state,
+                "exit_code": self.exit_code,
+                "stacks": self.stacks_asked,
+                "attempt": self.attempt,
+            }
 
     def ask_stacks(self) -> None:
         """Ask every host for its ranks' stacks (they see it in their next /status)."""
@@ -171,8 +192,22 @@ class JobState:
         if refused:
             return refused
         with self.lock:
-            self.reports[host] = result
-            self.lock.notify_all()
+            if result.get("attempt", self.attempt) == self.attempt:  # not a late one
+                self.reports[host] = result
+                self.lock.notify_all()
+        return None
+
+    def answer_ready(self, answer: dict, source: str | None) -> tuple[int, str] | None:
+        """A host's word that nothing is left of the failed attempt there; a late or early
+        one (another attempt, or no restart under way) is dropped."""
+        host = answer.get("host")
+        refused = self.claim(host, source)
+        if refused:
+            return refused
+        with self.lock:
+            if self.state == "restarting" and answer.get("attempt") == self.attempt:
+                self.ready.add(host)
+                self.lock.notify_all()
         return None
 
     def wait_for(self, what: Callable[[], set[str]], timeout: float, stop=None) -> set[str]:
@@ -228,6 +263,9 @@ class JobState:
     def missing_stacks(self, hosts: list[str]) -> Callable[[], set[str]]:
         return lambda: set(hosts) - set(self.stacks)
 
+    def missing_ready(self, hosts: list[str]) -> Callable[[], set[str]]:
+        return lambda: set(hosts) - self.ready
+
 
 def serve(state: JobState, port: int) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
@@ -269,6 +307,8 @@ def serve(state: JobState, port: int) -> ThreadingHTTPServer:
                 refused = state.report(body, self.client_address[0])
             elif url.path == STACKS:
                 refused = state.answer_stacks(body, self.client_address[0])
+            elif url.path == READY:
+                refused = state.answer_ready(body, self.client_address[0])
             else:
                 self._send(404, {"error": "no such path"})
                 return
@@ -379,7 +419,7 @@ class Client:
         return self._ask(PEERS + self._as_me, until)
 
     def status(self, until: Callable[[dict], bool]) -> dict:
-        """The job's state ({"state", "exit_code", "stacks"}), until until(it)."""
+        """The job's state ({"state", "exit_code", "stacks", "attempt"}), until until(it)."""
         return self._ask(STATUS + self._as_me, until)
 
     def report(self, result: dict) -> dict:
@@ -389,3 +429,8 @@ class Client:
     def stacks(self, answer: dict) -> dict:
         """This host's ranks' stacks, the answer to the leader's ask."""
         return self._ask(STACKS, lambda _: True, body=answer, appear=self.lost_after)
+
+    def ready(self, attempt: int) -> dict:
+        """Nothing is left of the failed attempt's processes on this host."""
+        body = {"host": self.me, "attempt": attempt}
+        return self._ask(READY, lambda _: True, body=body, appear=self.lost_after)

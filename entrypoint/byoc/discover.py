@@ -5,8 +5,9 @@ stdout. The candidates come from BYOC_DISCOVER_HOSTS (`node{0..7}`, `a,b:4`), th
 BYOC_DISCOVER_FILE (one `host[:slots]` a line, re-read on every call, so a job's hosts can be
 edited while it runs) and/or the program BYOC_DISCOVER_COMMAND, run on every call, whose output
 has the file's form (the MPI Operator's /etc/mpi/discover_hosts.sh, which lists the Running
-worker pods without slots). A candidate is listed when its name resolves and its SSH port answers
-with an SSH banner within BYOC_DISCOVER_TIMEOUT, all probed at once: a stopped container (no DNS
+worker pods without slots). A candidate is listed when its name resolves and its SSH port
+(BYOC_DISCOVER_PORT, else this container's sshd port SSH_PORT, else 22) answers with an SSH
+banner within BYOC_DISCOVER_TIMEOUT, all probed at once: a stopped container (no DNS
 name), a killed host (no answer) and a host whose sshd is not up yet (no banner) are left out, so
 horovodrun never starts a worker where it cannot log in.
 

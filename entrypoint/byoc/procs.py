@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from byoc.deadline import Deadline
@@ -135,11 +135,15 @@ def in_our_container() -> bool:
         return False
 
 
-def terminate_all(grace: float) -> None:
-    """SIGTERM to every other process of the container (ranks under sshd's sessions too, which
-    PID 1's group signal misses), or outside our container to what we started ourselves; SIGKILL
-    what is left after grace seconds."""
-    targets = _others() if in_our_container() else [p.pid for p in _STARTED if p.poll() is None]
+def terminate_all(grace: float, keep: Iterable[int] = ()) -> None:
+    """SIGTERM to every other process of the container but keep (ranks under sshd's sessions
+    too, which PID 1's group signal misses), or outside our container to what we started
+    ourselves; SIGKILL what is left after grace seconds."""
+    if in_our_container():
+        kept = set(keep)
+        targets = [pid for pid in _others() if pid not in kept]
+    else:
+        targets = [p.pid for p in _STARTED if p.poll() is None]
     for pid in targets:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGTERM)
@@ -150,3 +154,11 @@ def terminate_all(grace: float) -> None:
         if _alive(pid):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def end_leftovers(keep: Iterable[int], grace: float) -> None:
+    """Between two attempts of the job (byoc.restarts): what is left of the one that failed
+    (a rank its launcher did not end, one blocked under an SSH session, a program's own
+    children) is ended as on SIGTERM, everything in the container but PID 1, this process and
+    keep (the sshd that the next attempt logs in through)."""
+    terminate_all(grace, keep)

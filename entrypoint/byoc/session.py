@@ -6,10 +6,14 @@ leader: Leading(...) serves the coordinator -> meet(keys) until every other host
         guarded: another host's failure ends it (guard) -> collect(...) the others' results
         (bounded) -> end(code): "done" with the job's result; gone once each host has seen it
         (bounded, so a dead host cannot hold the leader)
+        With restarts (byoc.restarts), a failed attempt ends in restarting() instead: the others
+        end theirs and say ready (wait_ready, bounded), and running(attempt + 1) starts the next
 other:  Following(...) -> meet(keys): join at the leader, the complete list of members (bounded
         by BYOC_LEADER_TIMEOUT, then BYOC_LEADER_LOST_AFTER of silence) -> the launcher's own
         set-up -> started() -> the work, guarded: the leader's failure (or, for an outsider, the
-        job's end) ends it -> finish(result) -> leave with its result
+        job's end) ends it -> finish(result) -> leave with its result; with restarts left,
+        next_attempt() first: the leader's "restarting" (this host's leftovers ended, ready()
+        said) and its next "running", or its "done"
 The other hosts are the world's workers and, with instance groups, the outsiders (hosts outside
 the distribution groups, which run the program alone: byoc.launch.outsider). What each launcher
 does in between (SSH trust and horovodrun, torchrun on every host, a platform's driver) stays in
@@ -56,8 +60,18 @@ class Leading:
         """Join with keys and wait (bounded) until every other host has; the job's members."""
         return peers.lead(self.state, self.cfg, keys, self.settings, self.stop)
 
-    def running(self) -> None:
-        self.state.set("running")
+    def running(self, attempt: int = 1) -> None:
+        """Attempt `attempt` (1, then one more after each restart) runs."""
+        self.state.begin(attempt)
+
+    def restarting(self, code: int) -> None:
+        """The attempt failed with code and another follows: the others end their ranks."""
+        self.state.set("restarting", code)
+
+    def wait_ready(self, timeout: float) -> set[str]:
+        """Wait (bounded) until every other host has nothing left of the failed attempt; the
+        hosts that did not say so."""
+        return self.wait_for(self.state.missing_ready(self.workers), timeout)
 
     def result(self, code: int) -> None:
         """Tell the others this host's result now, while the job still ends."""
@@ -84,13 +98,19 @@ class Leading:
         return {self.cfg.current_host: mine, **self.state.answered_stacks()}
 
     def collect(
-        self, code: int, failures: list[report.RankFailure], hosts: list[str]
+        self,
+        code: int,
+        failures: list[report.RankFailure],
+        hosts: list[str],
+        announce: bool = True,
     ) -> tuple[int, list[report.RankFailure]]:
-        """The job's result once this host's is code: the others are told code, then hosts'
-        reports are awaited (REPORT_TIMEOUT, and END_GRACE more where outsiders, still running,
-        first see the job's end), their failures added to failures. A host that says nothing
-        has not succeeded."""
-        self.result(code)
+        """The job's result once this host's is code: the others are told code (unless not
+        announce: restarting() told them already), then hosts' reports are awaited
+        (REPORT_TIMEOUT, and END_GRACE more where outsiders, still running, first see the
+        job's end), their failures added to failures. A host that says nothing has not
+        succeeded."""
+        if announce:
+            self.result(code)
         outsiders = set(hosts) & set(self.cfg.outsiders)
         timeout = C.REPORT_TIMEOUT + (C.END_GRACE if outsiders else 0)
         late = self.wait_for(self.state.missing_reports(hosts), timeout)
@@ -126,11 +146,12 @@ class Leading:
 class Following:
     """Another host's side: everything it asks the leader goes through one client."""
 
-    def __init__(self, cfg: JobConfig, settings: Settings):
-        self.cfg, self.settings = cfg, settings
+    def __init__(self, cfg: JobConfig, settings: Settings, stop: threading.Event | None = None):
+        self.cfg, self.settings, self.stop = cfg, settings, stop
         self.leader = peers.client(cfg, settings)
         # Why the guard ended this host's work: "" (it did not), "success" (the job's world
-        # is done), "failure" (the leader failed with job_code) or "lost" (the leader is gone).
+        # is done), "failure" (the leader failed with job_code), "restart" (the attempt failed
+        # and another follows) or "lost" (the leader is gone).
         self.ended_by = ""
         self.job_code: int | None = None
         self.stacks_answered = 0  # the leader's latest ask for stacks this host answered
@@ -164,11 +185,21 @@ class Following:
     def report(self, result: dict) -> dict:
         return self.leader.report(result)
 
-    def started(self) -> None:
-        """Wait until the leader has started the job; a JobError if it failed first."""
+    def started(self) -> int:
+        """Wait until the leader has started the job: its attempt; a JobError if it failed
+        first."""
         me, leader = self.cfg.current_host, self.cfg.leader
+        said: set[int] = set()
+
+        def over(status: dict) -> bool:
+            # An attempt that failed before this host saw it start: nothing of it is here.
+            if status.get("state") == "restarting" and attempt_of(status) not in said:
+                said.add(attempt_of(status))
+                self.leader.ready(attempt_of(status))
+            return status.get("state") in ("running", "done")
+
         try:
-            status = self.status(lambda s: s.get("state") in ("running", "done"))
+            status = self.status(over)
         except (coordinator.LeaderLost, coordinator.Refused) as exc:
             raise JobError(f"{me}: {exc}; the job cannot start") from exc
         if status.get("state") == "done":
@@ -178,17 +209,23 @@ class Following:
                 f"({report.describe_exit(code)}); its failure file names the cause",
                 code,
             )
+        return attempt_of(status)
 
-    def guard(self, end_on_success: bool = False) -> Callable:
-        """A guard for procs.run_watched: end this host's work once the leader has failed or
-        is gone, and with end_on_success once the leader is done at all (ended_by says which)."""
+    def guard(self, end_on_success: bool = False, attempt: int = 1) -> Callable:
+        """A guard for procs.run_watched: end this host's work (of attempt `attempt`) once the
+        leader has failed or is gone, or restarts the job, and with end_on_success once the
+        leader is done at all (ended_by says which)."""
         leader = self.cfg.leader
+        self.ended_by, self.job_code = "", None
 
         def watch(proc) -> None:
             def over(status: dict) -> bool:
                 done = status.get("state") == "done"
-                return proc.poll() is not None or (
-                    done and (end_on_success or bool(status.get("exit_code")))
+                restart = status.get("state") == "restarting" and attempt_of(status) == attempt
+                return (
+                    proc.poll() is not None
+                    or restart
+                    or (done and (end_on_success or bool(status.get("exit_code"))))
                 )
 
             try:
@@ -199,6 +236,11 @@ class Following:
                     procs.end_after_grace(proc, f"the leader {leader} is gone ({exc})", C.END_GRACE)
                 return
             if proc.poll() is not None:
+                return
+            if status.get("state") == "restarting":
+                self.ended_by = "restart"
+                why = f"the leader {leader} restarts the job (attempt {attempt} failed)"
+                procs.end_after_grace(proc, why, C.END_GRACE)
                 return
             self.job_code = code = int(status.get("exit_code") or 0)
             if code:
@@ -215,13 +257,15 @@ class Following:
 
         return watch
 
-    def finish(self, code: int, failures: list[report.RankFailure]) -> None:
-        """Report this host's result (its code, its first failure) to the leader."""
+    def finish(self, code: int, failures: list[report.RankFailure], attempt: int = 1) -> None:
+        """Report this host's result of attempt `attempt` (its code, its first failure) to the
+        leader."""
         cause = report.root_cause(failures)
         result = {
             "host": self.cfg.current_host,
             "exit_code": code,
             "failure": cause.to_dict() if cause else None,
+            "attempt": attempt,
         }
         try:
             self.report(result)
@@ -229,3 +273,43 @@ class Following:
             print(
                 f"byoc: could not report this host's result to {self.cfg.leader}: {exc}", flush=True
             )
+
+    def ready(self, attempt: int, keep: tuple[int, ...] = ()) -> None:
+        """The leader restarts the job after attempt `attempt`: end what is left of it on this
+        host (all but keep: byoc.procs.end_leftovers), then say so. LeaderLost or Refused."""
+        print(
+            f"byoc: {self.cfg.current_host}: the leader restarts the job after attempt "
+            f"{attempt}: ending what is left of it here",
+            flush=True,
+        )
+        procs.end_leftovers(keep, self.settings.term_grace)
+        self.leader.ready(attempt)
+
+    def next_attempt(self, attempt: int, keep: tuple[int, ...] = ()) -> dict | None:
+        """After this host's part of attempt `attempt`, with restarts left: the leader's word.
+        The status of its next attempt ("running") or of the job's end ("done"), this host
+        ready() on the way; None once this host is stopped. A lost leader is a JobError."""
+        said: list[int] = []
+
+        def over(status: dict) -> bool:
+            if self.stop is not None and self.stop.is_set():
+                return True
+            state, number = status.get("state"), attempt_of(status)
+            # number > attempt: an attempt that started and failed between two of this host's
+            # polls (this host took no part in it): ready for the latest all the same.
+            if state == "restarting" and number >= attempt and number not in said:
+                said.append(number)
+                self.ready(number, keep)
+            return state == "done" or (state == "running" and number > attempt)
+
+        try:
+            status = self.status(over)
+        except (coordinator.LeaderLost, coordinator.Refused) as exc:
+            raise JobError(f"{self.cfg.current_host}: {exc}; the job cannot go on") from exc
+        return None if self.stop is not None and self.stop.is_set() else status
+
+
+def attempt_of(status: dict) -> int:
+    """The attempt a status of the leader's is about (1 where it names none)."""
+    number = status.get("attempt")
+    return number if isinstance(number, int) and number >= 1 else 1

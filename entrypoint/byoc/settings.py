@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import dataclass
 
 from byoc import constants as C
@@ -40,13 +41,12 @@ def seconds(
 
 
 def integer(env: dict[str, str], name: str, default: int, low: int, high: int) -> int:
+    """A whole number from low to high, in ASCII digits (int() would also take "1_0" and
+    other scripts' digits)."""
     raw = env.get(name, "").strip()
     if not raw:
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        value = low - 1
+    value = int(raw) if re.fullmatch(r"[+-]?[0-9]{1,12}", raw) else low - 1
     if not low <= value <= high:
         raise SettingsError(f"{name}={raw!r}: expected a whole number from {low} to {high}")
     return value
@@ -99,6 +99,7 @@ class Settings:
     # since a bad one must not stop the job.
     warm_pool_cache: str = ""
     stall_timeout: float = C.DEFAULT_STALL_TIMEOUT  # BYOC_STALL_TIMEOUT; 0: off
+    restarts: int = 0  # BYOC_RESTARTS: attempts after the first, at most; 0: none
 
 
 def load(env: dict[str, str]) -> Settings:
@@ -119,6 +120,7 @@ def load(env: dict[str, str]) -> Settings:
         clean_exit=flag(env, C.CLEAN_EXIT_ENV, True),
         warm_pool_cache=env.get(C.WARMPOOL_CACHE_ENV, ""),
         stall_timeout=stall_timeout(env),
+        restarts=integer(env, C.RESTARTS_ENV, 0, 0, C.MAX_RESTARTS),
     )
 
 
@@ -153,6 +155,21 @@ def default_state_dir(env: dict[str, str], uid: int) -> str:
     return f"{tmp.rstrip('/') or '/'}/byoc-discover-{uid}"
 
 
+def discover_port(env: dict[str, str]) -> int:
+    """The port byoc-discover-hosts probes: BYOC_DISCOVER_PORT; else this container's own sshd
+    port, SSH_PORT (development mode's, which every node of a cluster of development containers
+    shares; SSH sessions get it too); else 22. A bad value of either names that variable."""
+    if env.get(C.DISCOVER_PORT_ENV, "").strip():
+        return port(env, C.DISCOVER_PORT_ENV, C.DEFAULT_DISCOVER_PORT)
+    try:
+        return port(env, C.DEV_SSH_PORT_ENV, C.DEFAULT_DISCOVER_PORT)
+    except SettingsError as exc:
+        raise SettingsError(
+            f"{exc} (byoc-discover-hosts probes the port {C.DEV_SSH_PORT_ENV} names unless "
+            f"{C.DISCOVER_PORT_ENV} is set)"
+        ) from None
+
+
 def load_discovery(env: dict[str, str]) -> DiscoverySettings:
     slots = integer(env, C.DISCOVER_SLOTS_ENV, 0, 1, C.MAX_SLOTS_PER_HOST) or None
     return DiscoverySettings(
@@ -160,7 +177,7 @@ def load_discovery(env: dict[str, str]) -> DiscoverySettings:
         file=env.get(C.DISCOVER_FILE_ENV, "").strip(),
         command=env.get(C.DISCOVER_COMMAND_ENV, "").strip(),
         slots=slots,
-        port=port(env, C.DISCOVER_PORT_ENV, C.DEFAULT_DISCOVER_PORT),
+        port=discover_port(env),
         timeout=seconds(env, C.DISCOVER_TIMEOUT_ENV, C.DEFAULT_DISCOVER_TIMEOUT, high=60),
         grace=seconds(
             env, C.DISCOVER_GRACE_ENV, C.DEFAULT_DISCOVER_GRACE, C.MAX_DISCOVER_GRACE, True

@@ -16,7 +16,7 @@ from pathlib import Path
 from byoc import code, config, doctor, environment, netif, plan, procs, report, settings, warmpool
 from byoc import constants as C
 from byoc.errors import JobError, Terminated
-from byoc.launch import Job, Shutdown, failure_message
+from byoc.launch import Job, Shutdown, failure_message, run_local
 from byoc.launch import horovod as horovod_launcher
 from byoc.launch import outsider as outsider_launcher
 from byoc.launch import torchrun as torchrun_launcher
@@ -67,15 +67,14 @@ def _launch(job: Job) -> tuple[int, list[report.RankFailure]]:
         return horovod_launcher.run(job)
     if job.plan.launcher == "torchrun":
         return torchrun_launcher.run(job)
-    code_ = procs.run_watched(job.plan.command, job.env, job.cwd, job.watcher)
-    return code_, job.watcher.failures
+    return run_local(job, stall_watch=False)
 
 
 def run_job(root: Path | None) -> tuple[int, str | None, Path]:
     """The job's exit code, failure message (None on success) and the /opt/ml root."""
     env = dict(os.environ)
     root = config.ml_root(env) if root is None else root
-    cfg = None
+    cfg = job = None
     grace = C.DEFAULT_TERM_GRACE
     try:
         the_settings = settings.load(env)
@@ -116,13 +115,16 @@ def run_job(root: Path | None) -> tuple[int, str | None, Path]:
         job = Job(cfg, the_settings, the_plan, run_env, program.code_dir, shutdown=SHUTDOWN)
         code_, failures = _launch(job)
         if code_ != 0:
-            return code_, failure_message(failures, code_, job, list(job.watcher.tail)), root
+            message = failure_message(failures, code_, job, list(job.watcher.tail))
+            return code_, job.attempts.failure_text(message), root
         return 0, None, root
     except settings.SettingsError as exc:
         return 2, f"Invalid setting: {exc}", root
     except config.ConfigError as exc:
         return 2, f"Invalid job configuration: {exc}", root
     except JobError as exc:
+        if job is not None and (job.attempts.number > 1 or job.attempts.causes):
+            return exc.exit_code, job.attempts.failure_text(str(exc)), root
         return exc.exit_code, str(exc), root
     except Terminated:
         procs.terminate_all(grace)

@@ -12,6 +12,8 @@ import os
 import pathlib
 import shutil
 import subprocess
+import urllib.error
+import urllib.request
 import uuid
 
 import pytest
@@ -120,6 +122,17 @@ class Containers:
                 c.remove(force=True, v=True)
 
 
+def image_output(image, command: list[str], entrypoint: str = "", timeout: float = 300) -> str:
+    """command's stdout in a throwaway container of image, through the docker CLI's attached
+    stream (the engine's logs of an exited container can come back cut short under load: an SBOM
+    read that way once ended at 133 of its 208 kB)."""
+    done = Docker()(
+        "run", "--rm", "--label", f"byoc-test={RUN_ID}", "--entrypoint", entrypoint,
+        image.id, *command, timeout=timeout,
+    )  # fmt: skip
+    return done.stdout
+
+
 @pytest.fixture
 def containers(client, image):
     pool = Containers(client, image)
@@ -172,6 +185,19 @@ def run_script(
 
 def cluster(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return run_script(CLUSTER, env, *args, timeout=timeout)
+
+
+def api_status(port: int, token: str | None) -> int:
+    """The HTTP status of a Jupyter server's /api/status on loopback port, with token (None:
+    none)."""
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/api/status")
+    if token is not None:
+        request.add_header("Authorization", f"token {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
 
 
 def have_compose() -> bool:

@@ -7,28 +7,15 @@ from __future__ import annotations
 
 import re
 import time
-import urllib.error
-import urllib.request
 
 import pytest
 
-from tests.container.conftest import host_port, logs
+from tests.container.conftest import api_status, host_port, logs
 from tests.helpers import wait_until
 
 paramiko = pytest.importorskip("paramiko", reason="paramiko is not installed (make test does)")
 
 LOOPBACK_PORTS = {"8888/tcp": ("127.0.0.1", None), "22/tcp": ("127.0.0.1", None)}
-
-
-def api_status(port: int, token: str | None) -> int:
-    request = urllib.request.Request(f"http://127.0.0.1:{port}/api/status")
-    if token is not None:
-        request.add_header("Authorization", f"token {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=5) as response:
-            return response.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
 
 
 def new_key() -> tuple[paramiko.PKey, str]:

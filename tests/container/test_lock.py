@@ -1,8 +1,8 @@
-"""A changed hash stops the build: the builder's wheel step, given a docker/requirements.txt in
-which one package's hashes are not the files' (what a tampered index or mirror would serve), fails
-naming it. The build is the real one (scripts/build.sh, the cpu flavor, --target builder) from a
-copy of the build context; the layers before the wheel step come from the cache of the image under
-test, so this costs that one step."""
+"""A changed hash stops the build: the wheel step (the py-wheels stage), given a
+docker/requirements.txt in which one package's hashes are not the files' (what a tampered index or
+mirror would serve), fails naming it. The build is the real one (scripts/build.sh, the cpu flavor,
+--target py-wheels) from a copy of the build context; the layers before the wheel step come from
+the cache of the image under test, so this costs that one step."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def test_a_changed_hash_in_the_lock_stops_the_build(client, image, context):
         FLAVOR="cpu",
         IMAGE="pytorch-horovod-locktest",
         TAG=tag,
-        BUILD_ARGS="--target builder",
+        BUILD_ARGS="--target py-wheels",
     )
     try:
         run = subprocess.run(

@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from hostkit import dockerfile
-from tests.container.conftest import ROOT
+from tests.container.conftest import ROOT, image_output
 
 PATH = "/opt/byoc/sbom.cdx.json"
 # hostkit/sbom.py (make sbom): how it tells dpkg, python and source components apart.
@@ -30,17 +30,13 @@ def normal(name: str) -> str:
 @pytest.fixture(scope="module")
 def bom(client, image) -> dict:
     assert image.labels.get("io.github.pytorch-horovod.sbom") == PATH
-    text = client.containers.run(image.id, [PATH], entrypoint="cat", remove=True)
-    return json.loads(text)
+    return json.loads(image_output(image, [PATH], entrypoint="cat"))
 
 
 def test_every_dpkg_package_and_no_other(client, image, bom):
-    listed = client.containers.run(
-        image.id,
-        ["dpkg-query", "-W", "-f", "${db:Status-Abbrev} ${Package} ${Version}\\n"],
-        entrypoint="",
-        remove=True,
-    ).decode()
+    listed = image_output(
+        image, ["dpkg-query", "-W", "-f", "${db:Status-Abbrev} ${Package} ${Version}\\n"]
+    )
     installed = {tuple(line.split()[1:3]) for line in listed.splitlines() if line.startswith("ii ")}
     in_sbom = {(c["name"], c["version"]) for c in bom["components"] if origin(c) == "dpkg"}
     assert len(installed) > 50
@@ -51,9 +47,7 @@ def test_every_dpkg_package_and_no_other(client, image, bom):
 
 
 def test_every_python_distribution_and_no_other(client, image, bom):
-    listed = client.containers.run(
-        image.id, ["pip", "list", "--format", "json"], entrypoint="", remove=True
-    )
+    listed = image_output(image, ["pip", "list", "--format", "json"])
     installed = {(normal(d["name"]), d["version"]) for d in json.loads(listed)}
     in_sbom = {
         (normal(c["name"]), c["version"]) for c in bom["components"] if origin(c) == "python"

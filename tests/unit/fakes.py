@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 from byoc import fabric, plan, settings
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def make_tree(root: Path, hosts=("algo-1", "algo-2"), current="algo-1", hps=None, channels=None):
@@ -157,3 +161,27 @@ def tool_env(tmp_path: Path, bin_dir: Path, **extra: str) -> dict[str, str]:
     for name in ("MAKEFLAGS", "MAKELEVEL"):
         env.pop(name, None)
     return env
+
+
+def run_train(ml: Path, timeout: float = 60, **env_more: str) -> subprocess.CompletedProcess:
+    """`train` on the /opt/ml tree ml (this checkout's byoc, this python), env_more added."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "entrypoint"), SAGEMAKER_BASE_DIR=str(ml))
+    env.pop("SM_MODEL_DIR", None)
+    env |= env_more
+    return subprocess.run(
+        [sys.executable, "-m", "byoc.train"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def with_program(ml: Path, body: str, hps=None) -> Path:
+    """A one-host /opt/ml tree at ml whose code is train.py with body."""
+    code = ml / "code"
+    code.mkdir(parents=True, exist_ok=True)
+    (code / "train.py").write_text(body)
+    all_hps = {"sagemaker_program": json.dumps("train.py"), **(hps or {})}
+    return make_tree(ml, hosts=["algo-1"], hps=all_hps)

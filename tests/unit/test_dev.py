@@ -184,6 +184,16 @@ def test_profile_snippet_is_shell_quoted_and_keeps_secrets_out():
     assert out.stdout == "INFO it's\n"
 
 
+def test_ssh_sessions_get_sshds_port_for_discovery(tmp_path):
+    """byoc-discover-hosts in an SSH session probes SSH_PORT as in the container's shell."""
+    env = {"PATH": "/opt/venv/bin:/usr/bin", C.DEV_SSH_PORT_ENV: "2222"}
+    cfg = settings.load(env)
+    text = files.write_sshd_config(cfg, [], Path("/a"), env, tmp_path / "c").read_text()
+    assert 'SetEnv "PATH=/opt/venv/bin:/usr/bin" "SSH_PORT=2222"' in text.splitlines()
+    assert "export SSH_PORT=2222\n" in files.profile_text(env)
+    assert "SSH_PORT" not in files.profile_text({"PATH": "/usr/bin"})
+
+
 def test_peer_client_config_has_no_prompts(tmp_path):
     cfg = settings.load({C.SSH_PEERS_ENV: "node*, gpu-?", C.DEV_SSH_PORT_ENV: "2022"})
     path = files.write_peers_config(cfg, tmp_path / "byoc-peers.conf")

@@ -106,6 +106,52 @@ def test_bad_candidates_exit_2_naming_the_variable(capsys, env, message):
 
 
 @pytest.mark.parametrize(
+    "env, argv, expected",
+    [
+        ({}, [], 22),
+        ({"SSH_PORT": "2222"}, [], 2222),  # the container's own sshd (development mode)
+        ({"SSH_PORT": " 2022 "}, [], 2022),
+        ({"SSH_PORT": ""}, [], 22),  # set but empty: as unset
+        ({"SSH_PORT": "2222", "BYOC_DISCOVER_PORT": "2200"}, [], 2200),  # said outright: it wins
+        ({"SSH_PORT": "2222", "BYOC_DISCOVER_PORT": " "}, [], 2222),
+        ({"SSH_PORT": "2222"}, ["--port", "23"], 23),  # the option over both
+        # train's own sshd (BYOC_SSH_PORT) is not followed: train never runs discovery
+        ({"BYOC_SSH_PORT": "2222"}, [], 22),
+    ],
+)
+def test_the_port_follows_the_containers_sshd_unless_given(env, argv, expected):
+    cfg = discover.parse_args(["--hosts", "a", *argv], discover.S.load_discovery(env))
+    assert cfg.port == expected
+
+
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({"SSH_PORT": "70000"}, "SSH_PORT='70000': expected a whole number from 1 to 65535"),
+        ({"SSH_PORT": "tcp://10.0.0.1:22"}, "SSH_PORT='tcp://10.0.0.1:22'"),
+        ({"SSH_PORT": "0", "BYOC_DISCOVER_PORT": ""}, "SSH_PORT='0'"),
+        ({"SSH_PORT": "2222", "BYOC_DISCOVER_PORT": "x"}, "BYOC_DISCOVER_PORT='x'"),
+    ],
+)
+def test_a_bad_port_exits_2_naming_its_variable(capsys, env, message):
+    rc, out, err = run(capsys, env={"BYOC_DISCOVER_HOSTS": "a", **env})
+    assert rc == 2 and out == ""
+    assert message in err, err
+    if "BYOC_DISCOVER_PORT=" not in message:
+        assert "unless BYOC_DISCOVER_PORT is set" in err, err
+
+
+def test_probes_the_port_ssh_port_names(capsys, port):
+    """End to end: with only SSH_PORT set, the host whose sshd listens there is listed."""
+    server = Listener("127.0.0.2", port, b"SSH-2.0-OpenSSH_9.6\r\n")
+    try:
+        rc, out, _ = run(capsys, env={"BYOC_DISCOVER_HOSTS": "127.0.0.2", "SSH_PORT": str(port)})
+    finally:
+        server.close()
+    assert rc == 0 and out == "127.0.0.2:1\n"
+
+
+@pytest.mark.parametrize(
     "argv, message",
     [
         (["--hosts", "a", "--slots", "-1"], "--slots='-1'"),

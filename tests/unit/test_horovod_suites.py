@@ -336,3 +336,20 @@ def test_the_failure_line_is_the_exception_not_the_source():
     )
     assert hs.failure_line(text) == "AssertionError: 4 != 2"
     assert hs.failure_line("no E lines") == ""
+
+
+def test_an_entry_that_hangs_its_run_is_not_run_and_never_stale(tmp_path):
+    hangs = "parallel/test_torch.py::TorchTests::test_races"
+    text = entry(NEW) + entry(hangs, hangs=True, controllers=["mpi"])
+    expected = hs.load_expected(write(tmp_path / "e.toml", text))
+    assert hs.not_run(TORCH, "img", "mpi", expected) == [hangs]
+    assert hs.not_run(TORCH, "img", "gloo", expected) == []  # scoped like any entry
+    timeline = next(s for s in hs.SUITES if s.name == "timeline")
+    assert hs.not_run(timeline, "img", "mpi", expected) == []  # another suite's file
+    cmd = hs.suite_command(TORCH, "mpi", "/out", 0, [hangs])
+    assert cmd.endswith("test_torch.py -k 'not (test_races)'"), cmd
+    assert " -k " not in hs.suite_command(TORCH, "gloo", "/out", 0)
+    v = hs.judge("img", TORCH, "mpi", {NEW: ("failed", "E x")}, expected, [], 1.0)
+    assert hs.stale_entries(expected[1:], [v]) == []  # it never ran, so it cannot be stale
+    with pytest.raises(HostError, match="'hangs' must be true or false"):
+        hs.load_expected(write(tmp_path / "bad.toml", entry(hangs="yes")))

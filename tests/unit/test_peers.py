@@ -16,18 +16,11 @@ from byoc import constants as C
 from byoc.errors import JobError
 from byoc.launch import sdk
 
+from tests.helpers import free_port
 from tests.unit.fakes import make_tree
 
 ROOT = Path(__file__).resolve().parents[2]
 ED = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMnF8X0i4p2rZ4sH6qvS5c1kXzq0m5Vv2nL3yJ8eTz0a"
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

@@ -3,37 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.unit.fakes import make_tree
+from tests.unit.fakes import make_tree, run_train, with_program
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def run_train(ml: Path, timeout=60) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "entrypoint"), SAGEMAKER_BASE_DIR=str(ml))
-    env.pop("SM_MODEL_DIR", None)
-    return subprocess.run(
-        [sys.executable, "-m", "byoc.train"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-
-
-def with_program(ml: Path, body: str, hps=None) -> Path:
-    code = ml / "code"
-    code.mkdir(parents=True, exist_ok=True)
-    (code / "train.py").write_text(body)
-    all_hps = {"sagemaker_program": json.dumps("train.py"), **(hps or {})}
-    return make_tree(ml, hosts=["algo-1"], hps=all_hps)
 
 
 def test_success_writes_success_and_passes_args_and_env(tmp_path):

@@ -7,9 +7,20 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
+from byoc import constants as C
 from byoc import ssh
 from byoc.dev.keys import PEER_KEY, PEER_KNOWN_HOSTS
 from byoc.dev.settings import DevConfig
+
+
+def session_env(env: dict[str, str]) -> dict[str, str]:
+    """What SSH sessions get: the image's variables (ssh.session_env) and SSH_PORT where it is
+    set, so byoc-discover-hosts run from a session probes sshd's port as from the container's
+    own shell."""
+    out = ssh.session_env(env)
+    if env.get(C.DEV_SSH_PORT_ENV, "").strip().isdigit():
+        out[C.DEV_SSH_PORT_ENV] = env[C.DEV_SSH_PORT_ENV].strip()
+    return dict(sorted(out.items()))
 
 
 def write_authorized_keys(keys: list[str], path: Path) -> Path:
@@ -31,7 +42,7 @@ def write_sshd_config(
         user=cfg.user,
         forwarding=True,
         pam=False,
-        session_env=ssh.session_env(env),
+        session_env=session_env(env),
         log_level="INFO",
     )
     # sshd runs in the foreground under our supervisor: no pid file to leave behind.
@@ -52,9 +63,7 @@ def write_peers_config(cfg: DevConfig, path: Path) -> Path:
 def profile_text(env: dict[str, str]) -> str:
     """/etc/profile.d snippet: login shells (Debian's /etc/profile resets PATH) get ours back."""
     body = "".join(
-        f"export {k}={shlex.quote(v)}\n"
-        for k, v in ssh.session_env(env).items()
-        if k.isidentifier()
+        f"export {k}={shlex.quote(v)}\n" for k, v in session_env(env).items() if k.isidentifier()
     )
     return (
         "# Written by byoc-dev at container start: the image's environment for SSH logins.\n" + body

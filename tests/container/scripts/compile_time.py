@@ -2,7 +2,10 @@
 (docs/pytorch.md, "The compile cache"): a training step (forward, backward) of MODEL compiled,
 timed. Run it twice with the same TORCHINDUCTOR_CACHE_DIR to see the cached time.
 
-    python compile_time.py [mlp|resnet18]
+    python compile_time.py [mlp|resnet18|gpt]
+
+gpt: a GPT-2-small-sized transformer (12 layers, width 768, 162 M parameters, 2 x 128 tokens),
+the evidence for BYOC_STALL_TIMEOUT's default (docs/failures.md).
 """
 
 import os
@@ -18,6 +21,26 @@ def model(name: str) -> tuple[torch.nn.Module, torch.Tensor]:
         import torchvision
 
         return torchvision.models.resnet18(weights=None), torch.randn(4, 3, 64, 64)
+    if name == "gpt":
+        nn, width, tokens, vocab = torch.nn, 768, 128, 50257
+
+        class GPT(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.embed = nn.Embedding(vocab, width)
+                self.position = nn.Parameter(torch.zeros(tokens, width))
+                block = nn.TransformerEncoderLayer(
+                    width, 12, 4 * width, batch_first=True, norm_first=True
+                )
+                self.body = nn.TransformerEncoder(block, 12, enable_nested_tensor=False)
+                self.head = nn.Linear(width, vocab)
+
+            def forward(self, x):
+                mask = nn.Transformer.generate_square_subsequent_mask(tokens)
+                hidden = self.body(self.embed(x) + self.position, mask=mask, is_causal=True)
+                return self.head(hidden)
+
+        return GPT(), torch.randint(0, vocab, (2, tokens))
     mlp = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
     return mlp, torch.randn(64, 32)
 

@@ -391,6 +391,10 @@ def test_host_lists_the_platform_would_never_write_are_refused(tmp_path, hosts, 
         ("BYOC_SSH_PORT", "65536"),
         ("BYOC_CPU_SLOTS_PER_HOST", "-2"),
         ("BYOC_LAUNCHER", "mpirun"),
+        ("BYOC_RESTARTS", "-1"),
+        ("BYOC_RESTARTS", "1000000"),
+        ("BYOC_RESTARTS", "1.5"),
+        ("BYOC_RESTARTS", "inf"),
     ],
 )
 def test_a_setting_out_of_bounds_stops_the_job_before_it_starts(tmp_path, name, value):

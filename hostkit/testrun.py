@@ -1,0 +1,241 @@
+"""`make test`: the test command's stages, in two lanes that run side by side (docs/tests.md).
+
+    python3 -m hostkit.testrun [--lanes 1|2] [--make MAKE]
+
+lane images: build-cpu (the cpu image from this checkout; cached: seconds) -> test-container ->
+             smoke
+lane checks: lint -> test-unit -> build-gpu-standin (once build-cpu is done) -> test-gpu-flavor
+             -> test-horovod (on both images)
+
+Why two lanes: the container tests spend much of their time waiting (clusters starting, elastic
+timeouts, a stall's bound), leaving about half of two cores idle; the other lane's unit tests,
+build and suites use it. The container tests' timing bounds hold on a loaded machine (they must
+anyway: a user's host is busy), so they hold beside the other lane. --lanes 1 runs the same stages
+one after the other (TEST_LANES=1 make test).
+
+Every stage is a make target run as its own make; each output line is prefixed with its stage.
+A stage that fails stops its lane; the other lane goes on, so one run reports every failure; the
+run then fails. At the end: each stage's seconds and result, and the wall time (the breakdown
+docs/tests.md records).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+from hostkit import HostError, Teller, run
+
+say = Teller("testrun")
+INTERRUPT_GRACE = 60  # seconds a stage has to clean up (pytest's finalizers) after an interrupt
+
+
+@dataclass
+class Stage:
+    name: str
+    args: tuple[str, ...]  # make's arguments
+    after: str = ""  # a stage of the other lane that must have passed first
+    lane: str = ""
+    seconds: float = 0.0
+    result: str = "not run"  # ok | failed (exit N) | not run: why
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+def stages() -> dict[str, list[Stage]]:
+    """The lanes, in order. `-o T` keeps make from remaking T, which an earlier stage made."""
+    return {
+        "images": [
+            Stage("build-cpu", ("build", "FLAVOR=cpu", "TAG=cpu")),
+            Stage("test-container", ("test-container",)),
+            Stage("smoke", ("smoke",)),
+        ],
+        "checks": [
+            Stage("lint", ("lint",)),
+            Stage("test-unit", ("test-unit",)),
+            # After the cpu image: on a cold cache both builds take every core, and the cpu
+            # image is what the longer lane waits for.
+            Stage("build-gpu-standin", ("build-gpu-standin",), after="build-cpu"),
+            Stage(
+                "test-gpu-flavor", ("-o", "build-gpu-standin", "-o", "standin", "test-gpu-flavor")
+            ),
+            Stage("test-horovod", ("test-horovod",), after="build-cpu"),
+        ],
+    }
+
+
+class Runner:
+    def __init__(self, make: str, width: int):
+        self.make = make
+        self.width = width
+        self.lock = threading.Lock()
+        self.children: set[subprocess.Popen] = set()
+        self.stopping = 0  # the signal that stops the run, once one came
+        self.quiet = False  # stdout is gone (`make test | head`): the stages still run out
+
+    def emit(self, stage: str, line: str) -> None:
+        with self.lock:
+            if self.quiet:
+                return
+            try:
+                sys.stdout.write(f"{stage:<{self.width}}| {line.rstrip(chr(10))}\n")
+                sys.stdout.flush()
+            except (BrokenPipeError, ValueError):
+                self.quiet = True
+
+    def tell(self, message: str) -> None:
+        """say(), one whole line at a time: the lanes' threads share stderr."""
+        with self.lock:
+            say(message)
+
+    def start(self, cmd: list[str]) -> subprocess.Popen | None:
+        """The stage's make, in a group of its own (an interrupt reaches all of it); None once
+        the run is stopping. Checked and registered under the lock that interrupt() holds, so
+        no stage starts unseen by an interrupt."""
+        with self.lock:
+            if self.stopping:
+                return None
+            try:
+                child = subprocess.Popen(
+                    cmd,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                    errors="replace",
+                    start_new_session=True,
+                    env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                )
+            except OSError as exc:
+                raise HostError(f"cannot run {cmd[0]}: {exc.strerror}", 127) from None
+            self.children.add(child)
+            return child
+
+    def run_stage(self, stage: Stage, by_name: dict[str, Stage]) -> bool:
+        if stage.after:
+            before = by_name[stage.after]
+            before.done.wait()
+            if before.result != "ok":
+                stage.result = f"not run: {stage.after} did not pass"
+                return False
+        cmd = [*self.make.split(), "--no-print-directory", *stage.args]
+        start = time.monotonic()
+        child = self.start(cmd)
+        if child is None:
+            stage.result = "not run: interrupted"
+            return False
+        self.tell(f"{stage.name}: started ({' '.join(cmd)})")
+        try:
+            assert child.stdout is not None
+            for line in child.stdout:
+                self.emit(stage.name, line)
+            code = child.wait()
+        finally:
+            if child.poll() is None:  # this thread failed: the stage must not outlive it
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(child.pid, signal.SIGKILL)
+                child.wait()
+            with self.lock:
+                self.children.discard(child)
+        stage.seconds = time.monotonic() - start
+        stage.result = "ok" if code == 0 else f"failed (exit {code})"
+        self.tell(f"{stage.name}: {stage.result} in {stage.seconds:.0f} s")
+        return code == 0
+
+    def run_lane(self, lane: list[Stage], by_name: dict[str, Stage]) -> None:
+        """The lane's stages in order; every stage ends with its done event set and a result,
+        whatever happens (a later stage of the other lane may wait on it)."""
+        failed = ""
+        for stage in lane:
+            try:
+                if failed:
+                    stage.result = f"not run: {failed} failed"
+                elif not self.run_stage(stage, by_name):
+                    failed = stage.name
+            except Exception as exc:  # reported as the stage's result, not a traceback
+                stage.result = f"failed ({exc})"
+                failed = stage.name
+            finally:
+                stage.done.set()
+
+    def interrupt(self, signum: int) -> None:
+        """Ctrl-C or a TERM: every stage's group gets SIGINT (pytest then runs its finalizers,
+        which remove the tests' containers), SIGKILL after INTERRUPT_GRACE seconds."""
+        with self.lock:
+            self.stopping = self.stopping or signum
+            children = list(self.children)
+        for child in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, signal.SIGINT)
+        deadline = time.monotonic() + INTERRUPT_GRACE
+        for child in children:
+            try:
+                child.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(child.pid, signal.SIGKILL)
+
+
+def summary(lanes: dict[str, list[Stage]], wall: float) -> tuple[str, bool]:
+    rows = [(s.name, name, s.seconds, s.result) for name, lane in lanes.items() for s in lane]
+    width = max(len(r[0]) for r in rows)
+    lines = [f"{'stage':<{width}}  {'lane':<6}  {'seconds':>7}  result"]
+    for stage, lane, seconds, result in rows:
+        shown = f"{seconds:7.0f}" if result == "ok" or result.startswith("failed") else f"{'-':>7}"
+        lines.append(f"{stage:<{width}}  {lane:<6}  {shown}  {result}")
+    passed = all(r[3] == "ok" for r in rows)
+    lines.append(f"wall time {wall:.0f} s: {'passed' if passed else 'FAILED'}")
+    return "\n".join(lines), passed
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python3 -m hostkit.testrun", description=__doc__.split("\n")[0]
+    )
+    p.add_argument("--lanes", default=os.environ.get("TEST_LANES", "2"), help="1 or 2 (TEST_LANES)")
+    p.add_argument("--make", default=os.environ.get("MAKE", "make"), help="the make to run ($MAKE)")
+    a = p.parse_args(argv)
+    if a.lanes not in ("1", "2"):
+        raise HostError(f"--lanes (TEST_LANES) must be 1 or 2, not {a.lanes!r}")
+    if not a.make.strip():
+        raise HostError("--make (MAKE) is empty")
+    return a
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
+    lanes = stages()
+    for name, lane in lanes.items():
+        for stage in lane:
+            stage.lane = name
+    if a.lanes == "1":  # one lane, in the order the lanes' dependencies allow
+        lanes = {"one": [*lanes["images"], *lanes["checks"]]}
+    by_name = {s.name: s for lane in lanes.values() for s in lane}
+    runner = Runner(a.make, max(len(n) for n in by_name))
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda signum, _frame: runner.interrupt(signum))
+    start = time.monotonic()
+    threads = [
+        threading.Thread(target=runner.run_lane, args=(lane, by_name), name=name, daemon=True)
+        for name, lane in lanes.items()
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        while t.is_alive():
+            t.join(1)  # short joins: the main thread stays free for the signal handlers
+    text, passed = summary(lanes, time.monotonic() - start)
+    for line in text.splitlines():
+        say(line)
+    if runner.stopping:
+        return 128 + runner.stopping  # 130 for Ctrl-C, 143 for a TERM
+    return 0 if passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(run("testrun", main))

@@ -1,0 +1,157 @@
+"""hostkit.testrun (`make test`'s two lanes) with a stand-in make: what runs side by side, what
+waits, what a failure stops, and the breakdown it prints."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# A stand-in make: logs "<target> start|end", fails the target named by FAIL, and, for the target
+# named by WAIT_FOR_TARGET, waits (at most 30 s) until the stage named by WAIT_FOR has started:
+# proof that the two ran at the same time, with no timing in the assertion.
+FAKE_MAKE = r"""#!/bin/sh
+for a in "$@"; do case "$a" in -*|*=*) ;; *) last=$a ;; esac; done
+[ "$last" = build ] && last=build-cpu
+echo "$last start" >> "$LOG"
+echo "output of $last"
+if [ "$last" = "${WAIT_FOR_TARGET:-}" ]; then
+    i=0
+    until grep -q "^$WAIT_FOR start" "$LOG"; do
+        i=$((i + 1)); [ $i -gt 300 ] && { echo "$WAIT_FOR never started" >&2; exit 9; }
+        sleep 0.1
+    done
+fi
+if [ -n "${BLOCK:-}" ]; then
+    trap 'echo "$last interrupted" >> "$LOG"; exit 130' INT
+    sleep 30 & wait
+fi
+echo "$last end" >> "$LOG"
+[ "$last" = "${FAIL:-}" ] && exit 3
+exit 0
+"""
+
+
+def fake_make(tmp_path: Path) -> tuple[Path, Path]:
+    """The stand-in make, and its (empty) log."""
+    make = tmp_path / "make"
+    make.write_text(FAKE_MAKE)
+    make.chmod(0o755)
+    log = tmp_path / "log"
+    log.write_text("")
+    return make, log
+
+
+def run(tmp_path: Path, *args: str, **env: str) -> tuple[int, str, list[str]]:
+    make, log = fake_make(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "hostkit.testrun", "--make", str(make), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "LOG": str(log), **env},
+    )
+    return done.returncode, done.stdout + done.stderr, log.read_text().splitlines()
+
+
+def test_the_lanes_run_side_by_side_and_every_stage_passes(tmp_path):
+    # build-cpu (lane images) waits for lint (lane checks) to start: only side by side can it.
+    code, out, log = run(tmp_path, WAIT_FOR_TARGET="build-cpu", WAIT_FOR="lint")
+    assert code == 0, out
+    assert log.index("lint start") < log.index("build-cpu end")
+    for stage in ("build-cpu", "test-container", "smoke", "lint", "test-unit"):
+        assert f"{stage} end" in log
+    assert "test-container   | output of test-container" in out
+    assert "wall time" in out and "passed" in out
+
+
+def test_a_failure_stops_its_lane_and_the_other_goes_on(tmp_path):
+    code, out, log = run(tmp_path, FAIL="test-unit")
+    assert code == 1, out
+    assert "build-gpu-standin start" not in log and "test-horovod start" not in log
+    assert "smoke end" in log  # the other lane went on
+    assert "not run: test-unit failed" in out
+    assert "failed (exit 3)" in out and "FAILED" in out
+
+
+def test_the_gpu_build_waits_for_the_cpu_image_and_skips_without_it(tmp_path):
+    # lint and test-unit take no time here: the gpu stand-in's build still waits for build-cpu,
+    # which waits for test-unit to start.
+    code, out, log = run(tmp_path, WAIT_FOR_TARGET="build-cpu", WAIT_FOR="test-unit")
+    assert code == 0, out
+    assert log.index("build-cpu end") < log.index("build-gpu-standin start")
+    assert log.index("build-cpu end") < log.index("test-horovod start")
+    code, out, log = run(tmp_path, FAIL="build-cpu")
+    assert code == 1
+    for stage in ("build-gpu-standin", "test-gpu-flavor", "test-horovod", "test-container"):
+        assert f"{stage} start" not in log
+    assert "test-unit end" in log  # what needs no image still ran
+    assert "not run: build-cpu did not pass" in out
+
+
+def test_one_lane_runs_every_stage_in_order(tmp_path):
+    code, out, log = run(tmp_path, "--lanes", "1")
+    assert code == 0, out
+    starts = [line.split()[0] for line in log if line.endswith("start")]
+    assert starts == [
+        "build-cpu",
+        "test-container",
+        "smoke",
+        "lint",
+        "test-unit",
+        "build-gpu-standin",
+        "test-gpu-flavor",
+        "test-horovod",
+    ]
+
+
+@pytest.mark.parametrize("lanes", ["3", "0", "", "two"])
+def test_a_bad_lane_count_is_refused(tmp_path, lanes):
+    code, out, log = run(tmp_path, "--lanes", lanes)
+    assert code == 2
+    assert "TEST_LANES" in out
+    assert log == []
+
+
+def test_a_make_that_cannot_run_fails_each_lane_with_a_message(tmp_path):
+    code, out, _ = run(tmp_path, "--make", str(tmp_path / "no-such-make"))
+    assert code == 1, out
+    assert "failed (cannot run" in out and "Traceback" not in out
+    assert "not run: build-cpu failed" in out and "not run: lint failed" in out
+
+
+def test_an_interrupt_reaches_every_running_stage_and_ends_the_run(tmp_path):
+    make, log = fake_make(tmp_path)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "hostkit.testrun", "--make", str(make)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "LOG": str(log), "BLOCK": "1"},
+    )
+    try:
+        wait_until(
+            lambda: {"build-cpu start", "lint start"} <= set(log.read_text().splitlines()),
+            30,
+            what="both lanes' first stages",
+        )
+        child.send_signal(signal.SIGINT)
+        out, _ = child.communicate(timeout=30)
+    finally:
+        child.kill()
+        child.wait()
+    assert child.returncode == 130, out
+    lines = log.read_text().splitlines()
+    assert "build-cpu interrupted" in lines and "lint interrupted" in lines
+    assert "test-container start" not in lines and "test-unit start" not in lines
