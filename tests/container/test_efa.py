@@ -15,18 +15,19 @@ import re
 import pytest
 
 from hostkit import dockerfile
+from tests.container.conftest import image_output
 
 pytestmark = pytest.mark.gpu_flavor
 
 
 @pytest.fixture(scope="module")
-def efa_built(client, gpu_image):
+def efa_built(gpu_image):
     """Skips (with the build's own reason) where the image was built without the sources."""
     script = (
         "for f in /opt/amazon/efa/NOT-BUILT /opt/amazon/ofi-nccl/NOT-BUILT; do "
         '[ -f "$f" ] && echo "NOTE $(cat "$f")"; done; true'
     )
-    out = client.containers.run(gpu_image.id, ["bash", "-c", script], remove=True).decode()
+    out = image_output(gpu_image, ["bash", "-c", script])
     out = "\n".join(line[5:] for line in out.splitlines() if line.startswith("NOTE "))
     if out.strip():
         pytest.skip(

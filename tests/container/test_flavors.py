@@ -7,16 +7,13 @@ from __future__ import annotations
 import json
 import subprocess
 
-from hostkit.docker import Docker
-from tests.container.conftest import ROOT
+from hostkit.docker import Docker, build_client
+from tests.container.conftest import ROOT, image_output
 
 
-def base_images(client, image) -> dict[str, str]:
+def base_images(image) -> dict[str, str]:
     """The flavor's bases, as the image's SBOM names them (docker/build/write_sbom.py)."""
-    text = client.containers.run(
-        image.id, ["cat", "/opt/byoc/sbom.cdx.json"], entrypoint="", remove=True
-    )
-    bom = json.loads(text)
+    bom = json.loads(image_output(image, ["/opt/byoc/sbom.cdx.json"], entrypoint="cat"))
     return {
         p["value"]: c["name"]
         for c in bom["components"]
@@ -28,7 +25,7 @@ def base_images(client, image) -> dict[str, str]:
 
 def test_a_plain_docker_build_with_flavor_cpu_is_the_cpu_image(client, image, tmp_path):
     assert image.labels.get("io.github.pytorch-horovod.flavor") == "cpu", image.labels
-    bases = base_images(client, image)
+    bases = base_images(image)
     assert bases["builder"] == bases["runtime"], bases  # one OS image for both cpu stages
     # Only what this host needs: where no registry answers, the OS base the image was built on;
     # behind a TLS-intercepting proxy, its CA (only used if a layer is not cached).
@@ -39,7 +36,8 @@ def test_a_plain_docker_build_with_flavor_cpu_is_the_cpu_image(client, image, tm
     if ca:
         args += ["--secret", f"id=ca,src={ca}"]
     iid = tmp_path / "iid"
-    result = Docker().build(*args, "--iidfile", str(iid), str(ROOT), check=False, timeout=1800)
+    docker = Docker(build_client())  # a BuildKit client, as make's DOCKER
+    result = docker.build(*args, "--iidfile", str(iid), str(ROOT), check=False, timeout=1800)
     assert result.returncode == 0, result.stdout[-4000:]
     built = client.images.get(iid.read_text().strip())
     try:
