@@ -14,6 +14,7 @@ import pytest
 from byoc import config, coordinator, procs, report, settings, stacks, stall
 from byoc import constants as C
 
+from tests.helpers import wait_until
 from tests.unit.fakes import make_plan, make_tree
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -91,10 +92,18 @@ def test_every_rank_dumps_its_stack_without_dying(blocked, tmp_path):
     proc, _ = blocked
     stray = tmp_path / "stacks" / "999999.txt"  # a dead process's file is dropped
     stray.write_text("byoc-rank 5 pid 999999 main 0x1\n")
-    answer = stall.dump_host(tmp_path / "stacks", tmp_path / "out", "algo-2")
-    assert [(a["rank"], a["pid"]) for a in answer] == [(1, proc.pid)]
-    frames = answer[0]["frames"]
-    assert "in wait" in frames[0] and "in wait_for_the_others" in " ".join(frames)
+
+    def dump() -> list[dict]:
+        answer = stall.dump_host(tmp_path / "stacks", tmp_path / "out", "algo-2")
+        assert [(a["rank"], a["pid"]) for a in answer] == [(1, proc.pid)]
+        return answer
+
+    # "ready" comes just before the call: under load the first dump may catch the rank between
+    # the two, so dump (which leaves the rank running) until it is in the wait.
+    frames = wait_until(
+        lambda: (f := dump()[0]["frames"]) and "in wait" in f[0] and f, 60, what="a stack in wait"
+    )
+    assert "in wait_for_the_others" in " ".join(frames)
     assert not any("byoc" in f for f in frames)  # the wrapper's frames are left out
     text = (tmp_path / "out" / "stacks-algo-2.txt").read_text()
     assert f"== rank 1 (pid {proc.pid}) ==" in text and "block.py" in text
