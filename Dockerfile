@@ -245,9 +245,8 @@ RUN --mount=type=secret,id=ca \
 
 # EFA: libfabric (efa + shm providers) and the aws-ofi-nccl plugin, each in a stage of its own,
 # off the builder's OS (they need neither torch nor Horovod, so BuildKit runs them alongside).
-# A stage above, picked by FLAVOR, not a registry image:
-# hadolint ignore=DL3006
-FROM builder-base-${FLAVOR} AS efa-builder
+# The gpu flavor's builder for them: autotools and the verbs headers.
+FROM builder-base-gpu AS efa-builder-gpu
 SHELL ["/bin/bash", "-o", "pipefail", "-euc"]
 ENV DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8 LC_ALL=C.UTF-8
 RUN rm -f /etc/apt/sources.list.d/cuda*.list \
@@ -263,6 +262,12 @@ RUN rm -f /etc/apt/sources.list.d/cuda*.list \
         pkg-config \
         python3 \
  && rm -rf /var/lib/apt/lists/*
+# The cpu flavor builds neither half (no CUDA: build-efa.sh records why, with python3), so it
+# needs no install of its own: the builders' OS, which its build makes anyway.
+FROM build-os AS efa-builder-cpu
+# A stage above, picked by FLAVOR, not a registry image:
+# hadolint ignore=DL3006
+FROM efa-builder-${FLAVOR} AS efa-builder
 COPY docker/build/build-efa.sh docker/build/source-lib.sh docker/build/fetch_verified.py \
      docker/build/source_record.py /usr/local/lib/byoc-build/
 

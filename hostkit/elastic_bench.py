@@ -179,7 +179,12 @@ def main(argv: list[str] | None = None) -> int:
         say(f"failed: {exc}")
         log = work / "job.log"
         if log.exists():
-            print(log.read_text(errors="replace")[-4000:], file=sys.stderr)
+            text = log.read_text(errors="replace")
+            # What the job said of its membership (the lines waited for), then its tail.
+            events = [line for line in text.splitlines() if "ELASTIC" in line]
+            print("\n".join(["--- the job's ELASTIC lines ---", *events[-40:]]), file=sys.stderr)
+            print("--- the job's output, last 4000 characters ---", file=sys.stderr)
+            print(text[-4000:], file=sys.stderr)
         return 1
     finally:
         subprocess.run(

@@ -166,21 +166,30 @@ def gpu(client, gpu_image):
 CLUSTER = ROOT / "scripts" / "cluster.sh"
 
 
-def run_script(
-    script: pathlib.Path, env: dict[str, str], *args: str, timeout: float = 300
+def run_command(
+    argv: list[str], env: dict[str, str], timeout: float = 300, cwd=None, stdin=None
 ) -> subprocess.CompletedProcess:
-    """One of scripts/*.sh with its output captured; past timeout, a failure naming it."""
+    """A host command with its output captured; past timeout, a failure naming it."""
     try:
         return subprocess.run(
-            [str(script), *args],
+            argv,
             env=env,
+            cwd=cwd,
+            stdin=stdin,
             capture_output=True,
             text=True,
             timeout=timeout,
             check=False,
         )
     except subprocess.TimeoutExpired as exc:
-        raise AssertionError(f"{script.name} {' '.join(args)} ran past {timeout} s") from exc
+        raise AssertionError(f"{' '.join(argv)} ran past {timeout} s") from exc
+
+
+def run_script(
+    script: pathlib.Path, env: dict[str, str], *args: str, timeout: float = 300
+) -> subprocess.CompletedProcess:
+    """One of scripts/*.sh with its output captured; past timeout, a failure naming it."""
+    return run_command([str(script), *args], env, timeout)
 
 
 def cluster(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess:

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.container.conftest import ROOT, RUN_ID, api_status, docker, have_compose
+from tests.container.conftest import ROOT, RUN_ID, api_status, docker, have_compose, run_command
 from tests.helpers import free_port, wait_until
 
 pytestmark = pytest.mark.slow
@@ -142,19 +142,7 @@ class Newcomer:
 
     def make(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
         cmd = ["make", *args, *self.image_args]
-        try:
-            done = subprocess.run(
-                cmd,
-                cwd=self.repo,
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-                check=False,
-            )
-        except subprocess.TimeoutExpired as exc:
-            raise AssertionError(f"{' '.join(cmd)} ran past {timeout} s") from exc
+        done = run_command(cmd, self.env, timeout, cwd=self.repo, stdin=subprocess.DEVNULL)
         assert done.returncode == 0, (
             f"{' '.join(cmd)}: exit {done.returncode}\n" + (done.stdout + done.stderr)[-6000:]
         )

@@ -163,9 +163,13 @@ def tool_env(tmp_path: Path, bin_dir: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def run_train(ml: Path, timeout: float = 60, **env_more: str) -> subprocess.CompletedProcess:
-    """`train` on the /opt/ml tree ml (this checkout's byoc, this python), env_more added."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "entrypoint"), SAGEMAKER_BASE_DIR=str(ml))
+def run_train(
+    ml: Path, timeout: float = 60, base: dict[str, str] | None = None, **env_more: str
+) -> subprocess.CompletedProcess:
+    """`train` on the /opt/ml tree ml (this checkout's byoc, this python), in this process's
+    environment or only base, env_more added."""
+    env = dict(os.environ if base is None else base)
+    env |= {"PYTHONPATH": str(ROOT / "entrypoint"), "SAGEMAKER_BASE_DIR": str(ml)}
     env.pop("SM_MODEL_DIR", None)
     env |= env_more
     return subprocess.run(

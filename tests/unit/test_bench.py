@@ -687,3 +687,27 @@ def test_run_with_is_not_stalled_by_a_half_that_prints_more_than_a_pipe_holds():
 
     chatty = ["python3", "-c", "import sys; sys.stdout.write('x' * (4 << 20))"]
     assert run.run_with(["true"], [chatty], timeout=60) == ""
+
+
+def test_a_failed_elastic_bench_shows_the_jobs_elastic_lines_and_removes_its_cluster(
+    monkeypatch, capsys
+):
+    """What the job said of its membership is what a failure is read by (a wait for a size
+    that never came): every ELASTIC line, however far back, then the tail."""
+    from hostkit import elastic_bench
+
+    calls = []
+    monkeypatch.setattr(elastic_bench.subprocess, "run", lambda *a, **k: calls.append(a[0]))
+
+    def measure(env, work, repeats, timeout, program):
+        lines = ["[0]<stdout>:ELASTIC init size=1 rank=0 t=1.000"]
+        lines += [f'[0]<stdout>:{{"epoch": {e}}}' for e in range(2000)]
+        (work / "job.log").write_text("\n".join(lines) + "\n")
+        raise RuntimeError("no step at size 2 before the deadline")
+
+    monkeypatch.setattr(elastic_bench, "measure", measure)
+    assert elastic_bench.main(["--repeats", "1", "--timeout", "60"]) == 1
+    err = capsys.readouterr().err
+    assert "failed: no step at size 2 before the deadline" in err
+    assert "ELASTIC init size=1 rank=0" in err and '"epoch": 1999' in err
+    assert calls and calls[-1][-1] == "down"  # the cluster is taken down all the same

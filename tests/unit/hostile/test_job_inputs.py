@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import ended, wait_until
+from tests.unit.fakes import run_train
 
 ROOT = Path(__file__).resolve().parents[3]
 OURS = [Path("/etc/ssh/ssh_config.d/00-byoc-job.conf"), Path("/run/byoc")]
@@ -57,22 +58,9 @@ def train(tmp_path: Path, env=None, timeout=60) -> tuple[int, str, str]:
     home.mkdir(exist_ok=True)
     before = listing(tmp_path)
     ours_before = [p.exists() for p in OURS]
-    full = {
-        "PATH": os.environ["PATH"],
-        "PYTHONPATH": str(ROOT / "entrypoint"),
-        "HOME": str(home),
-        "SAGEMAKER_BASE_DIR": str(tmp_path / "ml"),
-        **(env or {}),
-    }
     t0 = time.monotonic()
-    result = subprocess.run(
-        [sys.executable, "-m", "byoc.train"],
-        env=full,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    base = {"PATH": os.environ["PATH"], "HOME": str(home)}
+    result = run_train(tmp_path / "ml", timeout, base, **(env or {}))
     out = result.stdout + result.stderr
     assert time.monotonic() - t0 < 30, f"took {time.monotonic() - t0:.0f} s:\n{out}"
     assert "Traceback" not in out, out
