@@ -153,7 +153,7 @@ test: $(DEV_STAMP) engine test-deps ## Lint, unit, container tests, the main job
 	@TEST_LANES=$(TEST_LANES) $(PY) -m hostkit.testrun --make "$(SUB_MAKE)"
 
 STANDIN ?= pytorch-horovod-standin
-STANDIN_CUDA_ARCHS ?= 80,90
+STANDIN_CUDA_ARCHS ?= 90
 
 standin: engine ## nvidia/cuda stand-ins ($(STANDIN):devel, :base) from the local base and NVIDIA's CUDA wheels
 	@tests/standin/build.sh

@@ -42,7 +42,9 @@ def test_a_rank_killed_once_is_restarted_and_every_sample_is_trained_once(job, t
     assert re.search(r"rank 0: attempt 2 resumes at step [1-9]", out), out
     assert f"COVERAGE samples={SAMPLES} once={SAMPLES} missing=0 twice=0" in out, out
     assert "WEIGHTS max_diff=0 ranks=2" in out, out
-    replay = re.search(r"REPLAY max_diff=(\S+)", out)
+    # The number alone: under mpirun (PYTHONUNBUFFERED) print's newline is a write of its own,
+    # and another rank's tagged chunk can land between the two.
+    replay = re.search(r"REPLAY max_diff=([0-9.eE+-]+|nan|inf)", out)
     assert replay and float(replay.group(1)) < 1e-9, out
     for root in roots:
         assert (root / "output" / "success").exists(), out
