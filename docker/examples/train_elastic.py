@@ -60,6 +60,13 @@ def parse_args():
         default=0.0,
         help="seconds to sleep per step (tests use it to change the hosts mid-epoch)",
     )
+    p.add_argument(
+        "--step-sleep-while",
+        "--step_sleep_while",
+        default="",
+        help="sleep --step-sleep s per step only while this file exists (a test removes it once "
+        "the hosts have changed, and the rest trains at full speed)",
+    )
     p.add_argument("--slow-rank", "--slow_rank", type=int, default=-1)
     p.add_argument("--slow-at-step", "--slow_at_step", type=int, default=5)
     p.add_argument(
@@ -139,7 +146,9 @@ def main() -> None:
             rank, replicas = state.sampler.rank, state.sampler.num_replicas
             remaining = len(state.sampler.remaining_indices)
             for batch, (xb, yb, idx) in enumerate(loader):
-                if args.step_sleep:
+                if args.step_sleep and (
+                    not args.step_sleep_while or Path(args.step_sleep_while).exists()
+                ):
                     time.sleep(args.step_sleep)
                 if (
                     hvd.rank() == args.slow_rank

@@ -88,8 +88,10 @@ RESTARTS_ENV = "BYOC_RESTARTS"  # how many times at most; 0 (the default): none
 MAX_RESTARTS = 100  # more is a typo: each restart costs a rendezvous and a checkpoint's reload
 ATTEMPT_ENV = "BYOC_ATTEMPT"  # set by `train` for the program: 1, then 2, ... after restarts
 REPORT_TIMEOUT = 30.0  # s the leader waits for the workers' results once its own is known
-# s a host's ranks get to notice another host's failure (or the job's end) themselves
-END_GRACE = 20.0
+# s a host's ranks get to notice another host's failure (or the job's end) themselves, before
+# SIGTERM (a data server that never ends by itself waits this long after the world's success)
+END_GRACE_ENV = "BYOC_END_GRACE"
+DEFAULT_END_GRACE = 20.0
 # byoc-discover-hosts (byoc.discover): horovodrun --host-discovery-script for elastic jobs.
 DISCOVER_HOSTS_ENV = "BYOC_DISCOVER_HOSTS"  # candidates: node{0..7}, a,b, each with :slots
 DISCOVER_FILE_ENV = "BYOC_DISCOVER_FILE"  # or a file of them, one `host[:slots]` a line

@@ -255,7 +255,9 @@ class JobState:
         return lambda: set(hosts) - self.seen_peers
 
     def missing_done_seen(self, hosts: list[str]) -> Callable[[], set[str]]:
-        return lambda: set(hosts) - self.seen_done
+        """Of hosts, those that joined and have not seen "done": one that never joined is not
+        waited for (a worker that never started would hold the leader's end for nothing)."""
+        return lambda: (set(hosts) & set(self.members)) - self.seen_done
 
     def missing_reports(self, hosts: list[str]) -> Callable[[], set[str]]:
         return lambda: set(hosts) - set(self.reports)

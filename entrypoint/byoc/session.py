@@ -35,14 +35,14 @@ DONE_SEEN_WAIT = 15.0  # s the leader waits for the other hosts to collect the r
 STACKS_WAIT = 15.0  # s the leader waits for the other hosts' stacks (each dumps within ~4 s)
 
 
-def failure_guard(state: coordinator.JobState) -> Callable:
-    """Watches proc beside procs.run_watched: ends it END_GRACE s after a host reported a
-    failure to state, unless it ends by itself."""
+def failure_guard(state: coordinator.JobState, grace: float) -> Callable:
+    """Watches proc beside procs.run_watched: ends it grace s (BYOC_END_GRACE) after a host
+    reported a failure to state, unless it ends by itself."""
 
     def watch(proc) -> None:
         failed = state.wait_for_failure(lambda: proc.poll() is not None)
         if proc.poll() is None:
-            procs.end_after_grace(proc, f"{', '.join(failed)} failed", C.END_GRACE)
+            procs.end_after_grace(proc, f"{', '.join(failed)} failed", grace)
 
     return watch
 
@@ -85,7 +85,7 @@ class Leading:
     def guard(self) -> Callable:
         """A guard for procs.run_watched: end this host's work once another host has reported
         a failure."""
-        return failure_guard(self.state)
+        return failure_guard(self.state, self.settings.end_grace)
 
     def gather_stacks(self, mine: list[dict]) -> dict[str, list[dict]]:
         """Every world host's ranks' stacks ({host: answer}): this host's are mine; the others'
@@ -106,13 +106,13 @@ class Leading:
     ) -> tuple[int, list[report.RankFailure]]:
         """The job's result once this host's is code: the others are told code (unless not
         announce: restarting() told them already), then hosts' reports are awaited
-        (REPORT_TIMEOUT, and END_GRACE more where outsiders, still running, first see the
+        (REPORT_TIMEOUT, and BYOC_END_GRACE more where outsiders, still running, first see the
         job's end), their failures added to failures. A host that says nothing has not
         succeeded."""
         if announce:
             self.result(code)
         outsiders = set(hosts) & set(self.cfg.outsiders)
-        timeout = C.REPORT_TIMEOUT + (C.END_GRACE if outsiders else 0)
+        timeout = C.REPORT_TIMEOUT + (self.settings.end_grace if outsiders else 0)
         late = self.wait_for(self.state.missing_reports(hosts), timeout)
         if late and code == 0:
             raise JobError(
@@ -233,14 +233,16 @@ class Following:
             except (coordinator.LeaderLost, coordinator.Refused) as exc:
                 if proc.poll() is None:
                     self.ended_by = "lost"
-                    procs.end_after_grace(proc, f"the leader {leader} is gone ({exc})", C.END_GRACE)
+                    procs.end_after_grace(
+                        proc, f"the leader {leader} is gone ({exc})", self.settings.end_grace
+                    )
                 return
             if proc.poll() is not None:
                 return
             if status.get("state") == "restarting":
                 self.ended_by = "restart"
                 why = f"the leader {leader} restarts the job (attempt {attempt} failed)"
-                procs.end_after_grace(proc, why, C.END_GRACE)
+                procs.end_after_grace(proc, why, self.settings.end_grace)
                 return
             self.job_code = code = int(status.get("exit_code") or 0)
             if code:
@@ -253,7 +255,7 @@ class Following:
                     "success",
                     f"the job's world is done (the leader {leader} succeeded)",
                 )
-            procs.end_after_grace(proc, why, C.END_GRACE)
+            procs.end_after_grace(proc, why, self.settings.end_grace)
 
         return watch
 

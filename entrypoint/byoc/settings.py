@@ -93,6 +93,7 @@ class Settings:
     leader_lost_after: float
     start_timeout: int  # HOROVOD_START_TIMEOUT, whole seconds as horovodrun takes them
     term_grace: float
+    end_grace: float  # BYOC_END_GRACE
     ssh_trust: str  # BYOC_SSH_TRUST: auto, on, off
     clean_exit: bool = True  # BYOC_CLEAN_EXIT
     # SAGEMAKER_MANAGED_WARMPOOL_CACHE_DIRECTORY as given ("": none); byoc.warmpool checks it,
@@ -116,6 +117,7 @@ def load(env: dict[str, str]) -> Settings:
         leader_lost_after=seconds(env, C.LEADER_LOST_ENV, C.DEFAULT_LEADER_LOST),
         start_timeout=integer(env, C.START_TIMEOUT_ENV, C.DEFAULT_START_TIMEOUT, 1, int(DAY)),
         term_grace=seconds(env, C.TERM_GRACE_ENV, C.DEFAULT_TERM_GRACE, high=3600),
+        end_grace=seconds(env, C.END_GRACE_ENV, C.DEFAULT_END_GRACE, high=3600),
         ssh_trust=choice(env, C.SSH_TRUST_ENV, C.SSH_TRUST_MODES, "auto"),
         clean_exit=flag(env, C.CLEAN_EXIT_ENV, True),
         warm_pool_cache=env.get(C.WARMPOOL_CACHE_ENV, ""),

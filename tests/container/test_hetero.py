@@ -15,6 +15,9 @@ from tests.container.conftest import SCRIPTS, logs
 HOSTS = ["algo-1", "algo-2", "algo-3"]
 GROUPS = {"data": ["algo-1"], "train": ["algo-2", "algo-3"]}
 TYPES = {"data": "ml.c5.xlarge", "train": "ml.g5.12xlarge"}
+# A program that lingers is ended BYOC_END_GRACE s after the job's end (default 20): 3 here, as
+# nothing of what lingers has anything of its own to report.
+ENV = {"BYOC_END_GRACE": "3"}
 # horovodrun may run a rank's next tag onto the end of a line ("sum=6[1,2]<stdout>:").
 LINE = re.compile(
     r"HETERO rank=(\d+) size=(\d+) host=(\S+) group=(\S+) type=(\S+) "
@@ -41,7 +44,9 @@ def start_all(job, tmp_path, launcher: str, **args: str):
         shutil.copy(SCRIPTS / "hetero.py", code / "hetero.py")
         resource = {"instance_groups": groups, "current_group_name": group_of(host),
                     "current_instance_type": TYPES[group_of(host)]}  # fmt: skip
-        started[host] = job.start(host, HOSTS, hps=hps, launcher=launcher, resource=resource)
+        started[host] = job.start(
+            host, HOSTS, hps=hps, env=ENV, launcher=launcher, resource=resource
+        )
     return started
 
 

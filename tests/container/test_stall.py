@@ -18,14 +18,15 @@ def test_a_stalled_rank_ends_the_job_naming_its_rank_host_and_stack(job, tmp_pat
     hps = dict(ONE_RANK_PER_HOST)
     if launcher == "horovod":
         hps["sagemaker_mpi_num_of_processes_per_host"] = 1
-    env = {"BYOC_STALL_TIMEOUT": str(BOUND), "BYOC_CPU_SLOTS_PER_HOST": "1"}
+    # BYOC_END_GRACE: the stalled rank never ends by itself, so its grace is only waited out.
+    env = {"BYOC_STALL_TIMEOUT": str(BOUND), "BYOC_CPU_SLOTS_PER_HOST": "1", "BYOC_END_GRACE": "3"}
     roots = [tmp_path / host for host in HOSTS]  # each host's /opt/ml (the job fixture's)
     for root in roots:
         (root / "code").mkdir(parents=True)
         shutil.copy(SCRIPTS / "stall.py", root / "code" / "stall.py")
     started = [job.start(h, hps=hps, env=env, launcher=launcher)[0] for h in HOSTS]
     # Horovod: its inspector's first report at 15-30 s, its shutdown at 30-45 s; torchrun: 30 s
-    # of silence, the stacks, then the worker is ended within END_GRACE (20 s) and reports.
+    # of silence, the stacks, then the worker is ended within BYOC_END_GRACE (3 s) and reports.
     results = job.wait_all(timeout=240)
     out = "\n".join(logs(c) for c in started)
     assert all(code != 0 for code, _ in results.values()), (results, out)

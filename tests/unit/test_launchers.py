@@ -301,15 +301,13 @@ def test_a_worker_that_failed_ends_the_leaders_work_after_a_grace(monkeypatch, c
     import threading
     import time
 
-    from byoc import constants as C
     from byoc import coordinator, session
 
-    monkeypatch.setattr(C, "END_GRACE", 0.5)
     state = coordinator.JobState(["algo-1", "algo-2"], lambda h: {"127.0.0.1"})
     proc = subprocess.Popen(["sleep", "60"])
     try:
         t0 = time.monotonic()
-        guard = threading.Thread(target=session.failure_guard(state), args=(proc,))
+        guard = threading.Thread(target=session.failure_guard(state, 0.5), args=(proc,))
         guard.start()
         state.report({"host": "algo-2", "exit_code": 0}, None)  # a success ends nothing
         time.sleep(1.0)  # the deliberate delay under test: the guard must not act on it

@@ -104,6 +104,7 @@ def test_the_client_asks_the_routes_the_leader_serves(leader):
     state.set("done", 3)
     assert clients["algo-3"].status(lambda a: a["state"] == "done")["exit_code"] == 3
     assert state.wait_for(state.missing_done_seen(["algo-2", "algo-3"]), 0.1) == {"algo-2"}
+    assert state.missing_done_seen(["algo-2", "algo-9"])() == {"algo-2"}  # algo-9 never joined
     clients["algo-2"].report({"host": "algo-2", "exit_code": 0, "failure": None})
     clients["algo-3"].report({"host": "algo-3", "exit_code": 1, "failure": None})
     assert set(state.reported()) == {"algo-2", "algo-3"} and state.failed_hosts() == ["algo-3"]

@@ -195,8 +195,8 @@ def host_job(tmp_path: Path, current: str, launcher: str, env: dict[str, str]) -
 
 
 def run_hosts(tmp_path, monkeypatch, launcher: str, **program_env) -> dict:
-    monkeypatch.setattr(C, "END_GRACE", 0.5)
     env = {
+        C.END_GRACE_ENV: "0.5",
         C.COORD_PORT_ENV: str(free_port()),
         C.LEADER_TIMEOUT_ENV: "30",
         C.LEADER_LOST_ENV: "5",
@@ -275,9 +275,13 @@ def test_horovod_a_rank_that_raised_restarts_horovodrun_and_the_worker_waits(
 
 def test_a_host_that_does_not_say_it_is_ready_is_gone_and_ends_the_job(tmp_path, monkeypatch):
     """The leader's side alone: its worker joined, then vanished; no restart, and the failure
-    file says why. The bound: END_GRACE + 2 x BYOC_TERM_GRACE + BYOC_LEADER_LOST_AFTER."""
-    monkeypatch.setattr(C, "END_GRACE", 1.0)
-    env = {C.COORD_PORT_ENV: str(free_port()), C.TERM_GRACE_ENV: "1", C.LEADER_LOST_ENV: "1"}
+    file says why. The bound: BYOC_END_GRACE + 2 x BYOC_TERM_GRACE + BYOC_LEADER_LOST_AFTER."""
+    env = {
+        C.COORD_PORT_ENV: str(free_port()),
+        C.END_GRACE_ENV: "1",
+        C.TERM_GRACE_ENV: "1",
+        C.LEADER_LOST_ENV: "1",
+    }
     job = host_job(tmp_path, HOSTS[0], "torchrun", {**env, C.RESTARTS_ENV: "2"})
     lead = session.Leading(job.cfg, job.settings)
     try:
@@ -328,7 +332,9 @@ def test_the_wait_for_readiness_covers_an_honest_hosts_worst_case():
     from byoc.launch import ready_bound
 
     # its ranks and then their leftovers each SIGKILLed after the grace, its results gathered
-    assert ready_bound(s) == C.END_GRACE + 2 * 60 + 30
+    assert ready_bound(s) == C.DEFAULT_END_GRACE + 2 * 60 + 30
+    s = settings.load({C.END_GRACE_ENV: "5", C.TERM_GRACE_ENV: "60", C.LEADER_LOST_ENV: "30"})
+    assert ready_bound(s) == 5 + 2 * 60 + 30
 
 
 def test_an_attempts_line_stays_within_its_limit_with_every_hosts_code():

@@ -142,10 +142,10 @@ class Job:
 
 def ready_bound(settings: Settings) -> float:
     """How long the leader waits for another host to say it is ready for the next attempt: that
-    host's worst case (its launcher's results gathered, END_GRACE; its ranks ended, then what is
-    left of them, each SIGKILLed after BYOC_TERM_GRACE) and BYOC_LEADER_LOST_AFTER for the word to
-    come. A host silent for longer is gone."""
-    return C.END_GRACE + 2 * settings.term_grace + settings.leader_lost_after
+    host's worst case (its launcher's results gathered, BYOC_END_GRACE; its ranks ended, then
+    what is left of them, each SIGKILLed after BYOC_TERM_GRACE) and BYOC_LEADER_LOST_AFTER for
+    the word to come. A host silent for longer is gone."""
+    return settings.end_grace + 2 * settings.term_grace + settings.leader_lost_after
 
 
 def run_local(job: Job, stall_watch: bool = True) -> tuple[int, list[report.RankFailure]]:

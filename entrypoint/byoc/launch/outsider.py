@@ -4,8 +4,8 @@ arguments, channels and SM_* variables (its own host's), and takes part in the j
 
 join at the leader (bounded) -> wait for "running" -> the program, alone -> report the result to
 the leader -> exit with it
-The leader's failure ends the program (after END_GRACE s), and the host fails with the job. The
-world's success ends a program still running after END_GRACE s (a data server, say), and the
+The leader's failure ends the program (after BYOC_END_GRACE s), and the host fails with the job. The
+world's success ends a program still running after BYOC_END_GRACE s (a data server, say), and the
 host succeeds. This host's failure ends the world: the leader's guard (byoc.session).
 With restarts (byoc.restarts), the program is ended at the leader's "restarting" as at its
 failure, and runs again with the world's next attempt.

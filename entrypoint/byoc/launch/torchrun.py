@@ -10,7 +10,7 @@ No SSH: torchrun's rendezvous runs on the leader (--master-addr, BYOC_TORCHRUN_P
 A host whose ranks failed does not always bring the others down (a rank that dies after the last
 collective; torchrun's agents wait up to 300 s for each other at exit; NCCL notices a lost peer
 only at its timeout): while torchrun runs, the leader watches the workers' reports and a worker
-watches the leader's state, and END_GRACE s after another host failed, this host's torchrun is
+watches the leader's state, and BYOC_END_GRACE s after another host failed, this host's torchrun is
 ended, so the job fails within seconds, with the first failure as its cause.
 
 With restarts (byoc.restarts), a failed attempt is followed by another: the leader says
