@@ -12,11 +12,13 @@ from typing import Any
 
 from byoc import constants as C
 
-# horovodrun's prefixes: MPI "[1,3]<stderr>:", Gloo "[3]<stderr>:"; torch's "[rank3]: " (the
-# global rank, on tracebacks of processes under torchrun).
-_TAG = re.compile(r"^\[(?:\d+,)?(\d+)\]<std(?:out|err)>:(.*)$|^\[rank(\d+)\]: ?(.*)$")
-# mpirun tags every chunk a rank writes, so tags also land inside and at the end of lines.
-_ANY_TAG = re.compile(r"\[(?:\d+,)?\d+\]<std(?:out|err)>:")
+# horovodrun's prefixes: MPI "[1,3]<stderr>:", Gloo "[3]<stderr>:". They tag every chunk a
+# rank writes, not every line: a chunk without its newline (print's newline is a write of its
+# own when unbuffered) runs into the next rank's tag on one line ("sum=6[1,3]<stderr>:Traceback"),
+# and its newline comes later, under its own tag again.
+_RANK_TAG = re.compile(r"\[(?:\d+,)?(\d+)\]<std(?:out|err)>:")
+# torch's "[rank3]: " (the global rank, on tracebacks of processes under torchrun): per line.
+_TORCH_TAG = re.compile(r"^\[rank(\d+)\]: ?(.*)$")
 # Horovod's stall inspector (on rank 0): a header, "Missing ranks:", then "N: [tensor, ...]" for
 # each rank that did not submit what the others wait on (on the same line or the next ones).
 _STALL_HEADER = "One or more tensors were submitted"
@@ -80,6 +82,7 @@ class OutputWatcher:
     tail: collections.deque = field(default_factory=lambda: collections.deque(maxlen=60))
     failures: list[RankFailure] = field(default_factory=list)
     _in_traceback: dict[int, list[str]] = field(default_factory=dict)
+    _partial: dict[int, str] = field(default_factory=dict)  # each rank's line so far, unfinished
     _began: dict[int, float] = field(default_factory=dict)
     last_line: float = field(default_factory=time.monotonic)  # when the last line came
     # Horovod's latest stall report: {rank: [tensors the others wait on]}, and when it came
@@ -92,13 +95,22 @@ class OutputWatcher:
         line = line.rstrip("\n")
         self.tail.append(line)
         self.last_line = time.monotonic()
-        match = _TAG.match(line)
-        if match:
-            rank = int(match.group(1) or match.group(3))
-            text = match.group(2) if match.group(1) is not None else match.group(4)
-        else:
-            rank, text = 0, line
-        text = _ANY_TAG.sub("", text)
+        torch = _TORCH_TAG.match(line)
+        if torch:
+            self._rank_line(int(torch.group(1)), torch.group(2))
+            return
+        # Untagged text is rank 0's (a single process, mpirun's own messages); every tag starts
+        # a piece of its rank's line, and only the last piece of this one ends a line.
+        parts = _RANK_TAG.split(line)
+        pieces = [(0, parts[0])] if parts[0] or len(parts) == 1 else []
+        pieces += [(int(parts[i]), parts[i + 1]) for i in range(1, len(parts), 2)]
+        for rank, text in pieces[:-1]:
+            self._partial[rank] = self._partial.get(rank, "") + text
+        rank, text = pieces[-1]
+        self._rank_line(rank, self._partial.pop(rank, "") + text)
+
+    def _rank_line(self, rank: int, text: str) -> None:
+        """One whole line of rank's output, its tags gone."""
         self._stall_line(text)
         if text.startswith("Traceback (most recent call last):"):
             self._in_traceback[rank] = [text]

@@ -216,6 +216,19 @@ def test_watcher_names_the_rank_that_raised():
     ]:
         glued.feed(line)
     assert glued.failures[0].exception == "RuntimeError: deliberate"
+    # Another rank's unfinished line ran into this traceback's first line (print's newline is a
+    # write of its own), and came back later: seen in CI, where the cause went unnamed.
+    interleaved = report.OutputWatcher()
+    for line in [
+        "[1,2]<stdout>:HETERO rank=2 sum=6[1,3]<stderr>:Traceback (most recent call last):",
+        '[1,3]<stderr>:  File "hetero.py", line 51, in <module>',
+        "[1,2]<stdout>:",
+        "[1,3]<stderr>:RuntimeError: deliberate on algo-3",
+    ]:
+        interleaved.feed(line)
+    assert [(f.rank, f.exception) for f in interleaved.failures] == [
+        (3, "RuntimeError: deliberate on algo-3")
+    ]
     assert "exit code 137" in report.describe_exit(137) and "memory" in report.describe_exit(137)
 
 
