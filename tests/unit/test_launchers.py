@@ -216,6 +216,7 @@ def test_interface_names_that_are_no_names_are_never_used(tmp_path, hostile):
         (C.LEADER_LOST_ENV, "-1"),
         (C.LEADER_TIMEOUT_ENV, "0"),
         (C.TERM_GRACE_ENV, "abc"),
+        (C.END_GRACE_ENV, "-3"),
         (C.COORD_PORT_ENV, "abc"),
         (C.SSH_PORT_ENV, "70000"),
         (C.TORCHRUN_PORT_ENV, "0"),
