@@ -10,7 +10,6 @@ from __future__ import annotations
 import io
 import json
 import shutil
-import socket
 import subprocess
 import tarfile
 import urllib.request
@@ -21,7 +20,7 @@ import pytest
 from hostkit.aws import common, push
 from tests.aws_fake import no_credentials
 from tests.container.conftest import RUN_ID
-from tests.helpers import wait_until
+from tests.helpers import free_port, wait_until
 
 REGISTRY_BIN = shutil.which("docker-registry") or "/usr/bin/docker-registry"
 LABELS = {
@@ -32,12 +31,6 @@ LABELS = {
     "org.opencontainers.image.revision": "0123456789abcdef0123",
 }
 EXPECTED_TAG = "gpu-torch2.15.0-cuda13.2.1-hvd0.28.1-g0123456789ab"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

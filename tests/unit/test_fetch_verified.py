@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import http.server
-import socket
 import threading
 
 import fetch_verified
 import pytest
+
+from tests.helpers import free_port
 
 BODY = b"nccl-tests source\n" * 5000
 GOOD = hashlib.sha256(BODY).hexdigest()
@@ -40,12 +41,6 @@ def server():
     httpd.server_close()
 
 
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_download_with_the_pinned_sum_is_written(server, tmp_path, capsys):
     out = tmp_path / "src.tar.gz"
     assert fetch_verified.main([f"{server}/src.tar.gz", GOOD, str(out)]) == 0
@@ -69,7 +64,7 @@ def test_local_copy_is_checked_instead_of_the_url(tmp_path, capsys):
     out = tmp_path / "out" / "src.tar.gz"
     out.parent.mkdir()
     # The URL is never asked: a closed port would answer "unreachable".
-    url = f"http://127.0.0.1:{closed_port()}/src.tar.gz"
+    url = f"http://127.0.0.1:{free_port()}/src.tar.gz"
     assert fetch_verified.main(["--local", str(local), url, GOOD, str(out)]) == 0
     assert out.read_bytes() == BODY
     assert local.read_bytes() == BODY  # the given file is left as it was
@@ -84,7 +79,7 @@ def test_local_copy_is_checked_instead_of_the_url(tmp_path, capsys):
 
 def test_unreachable_url_is_its_own_exit_status(tmp_path, capsys):
     out = tmp_path / "src.tar.gz"
-    url = f"http://127.0.0.1:{closed_port()}/src.tar.gz"
+    url = f"http://127.0.0.1:{free_port()}/src.tar.gz"
     rc = fetch_verified.main(["--timeout", "5", url, GOOD, str(out)])
     assert rc == fetch_verified.UNREACHABLE
     assert not out.exists()

@@ -14,7 +14,7 @@ import pytest
 from byoc import config, coordinator, procs, report, settings, stacks, stall
 from byoc import constants as C
 
-from tests.helpers import wait_until
+from tests.helpers import free_port, wait_until
 from tests.unit.fakes import make_plan, make_tree
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -223,11 +223,7 @@ def test_the_leader_asks_and_each_host_answers_its_latest_ask():
 
 
 def test_stacks_travel_over_the_wire():
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     state = coordinator.JobState(["algo-1", "algo-2"], lambda h: {"127.0.0.1"})
     server = coordinator.serve(state, port)
     try:

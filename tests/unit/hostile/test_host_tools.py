@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import stat
 import subprocess
 import sys
@@ -30,6 +29,7 @@ import pytest
 from hostkit import local_train
 from hostkit.aws import common, launch, limits, push
 from tests.aws_fake import ACCOUNT
+from tests.helpers import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
 LOCAL_TRAIN = ["-m", "hostkit.local_train"]  # with ROOT on PYTHONPATH
@@ -817,9 +817,7 @@ def test_launch_huge_source_dir_is_refused(aws_env, tmp_path, capsys, monkeypatc
 
 
 def test_launch_unreachable_endpoint_fails_in_bounded_time(aws_env, tmp_path, capsys, monkeypatch):
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # a port nobody listens on
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
     args = launch_args(tmp_path)
