@@ -138,7 +138,10 @@ def in_our_container() -> bool:
 def terminate_all(grace: float, keep: Iterable[int] = ()) -> None:
     """SIGTERM to every other process of the container but keep (ranks under sshd's sessions
     too, which PID 1's group signal misses), or outside our container to what we started
-    ourselves; SIGKILL what is left after grace seconds."""
+    ourselves; SIGKILL what is left after grace seconds. Also between two attempts of the job
+    (byoc.restarts), for what is left of the failed one (a rank its launcher did not end, one
+    blocked under an SSH session, a program's own children), keeping the sshd that the next
+    attempt logs in through."""
     if in_our_container():
         kept = set(keep)
         targets = [pid for pid in _others() if pid not in kept]
@@ -154,11 +157,3 @@ def terminate_all(grace: float, keep: Iterable[int] = ()) -> None:
         if _alive(pid):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
-
-
-def end_leftovers(keep: Iterable[int], grace: float) -> None:
-    """Between two attempts of the job (byoc.restarts): what is left of the one that failed
-    (a rank its launcher did not end, one blocked under an SSH session, a program's own
-    children) is ended as on SIGTERM, everything in the container but PID 1, this process and
-    keep (the sshd that the next attempt logs in through)."""
-    terminate_all(grace, keep)

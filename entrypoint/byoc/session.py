@@ -278,13 +278,13 @@ class Following:
 
     def ready(self, attempt: int, keep: tuple[int, ...] = ()) -> None:
         """The leader restarts the job after attempt `attempt`: end what is left of it on this
-        host (all but keep: byoc.procs.end_leftovers), then say so. LeaderLost or Refused."""
+        host (all but keep: byoc.procs.terminate_all), then say so. LeaderLost or Refused."""
         print(
             f"byoc: {self.cfg.current_host}: the leader restarts the job after attempt "
             f"{attempt}: ending what is left of it here",
             flush=True,
         )
-        procs.end_leftovers(keep, self.settings.term_grace)
+        procs.terminate_all(self.settings.term_grace, keep)
         self.leader.ready(attempt)
 
     def next_attempt(self, attempt: int, keep: tuple[int, ...] = ()) -> dict | None:

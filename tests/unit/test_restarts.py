@@ -319,7 +319,7 @@ def test_leftovers_are_ended_but_what_is_kept(monkeypatch):
     monkeypatch.setattr(procs, "in_our_container", lambda: True)
     monkeypatch.setattr(procs, "_others", lambda: [spared.pid, victim.pid])
     try:
-        procs.end_leftovers((spared.pid,), grace=5)
+        procs.terminate_all(5, (spared.pid,))
         assert victim.wait(10) == -15 and spared.poll() is None
     finally:
         for p in (spared, victim):

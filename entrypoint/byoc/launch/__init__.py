@@ -121,7 +121,7 @@ class Job:
         number, limit = self.attempts.number, self.attempts.limit
         self._going_on()
         print(f"byoc: attempt {number} failed ({cause}): ending every rank", flush=True)
-        procs.end_leftovers(keep, self.settings.term_grace)
+        procs.terminate_all(self.settings.term_grace, keep)
         if lead is not None:
             bound = ready_bound(self.settings)
             gone = lead.wait_ready(bound)
