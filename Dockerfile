@@ -73,12 +73,13 @@ ARG FLAVOR=gpu
 FROM ${BUILDER_IMAGE} AS builder-base-gpu
 ARG BUILDER_IMAGE
 ARG RUNTIME_IMAGE
-ENV BYOC_BASE_IMAGES="builder=${BUILDER_IMAGE} runtime=${RUNTIME_IMAGE}"
+ARG CPU_BASE_IMAGE
+ENV BYOC_BASE_IMAGES="builder=${BUILDER_IMAGE} runtime=${RUNTIME_IMAGE} wheels=${CPU_BASE_IMAGE}"
 FROM ${RUNTIME_IMAGE} AS runtime-base-gpu
 
 FROM ${CPU_BASE_IMAGE} AS builder-base-cpu
 ARG CPU_BASE_IMAGE
-ENV BYOC_BASE_IMAGES="builder=${CPU_BASE_IMAGE} runtime=${CPU_BASE_IMAGE}"
+ENV BYOC_BASE_IMAGES="builder=${CPU_BASE_IMAGE} runtime=${CPU_BASE_IMAGE} wheels=${CPU_BASE_IMAGE}"
 FROM ${CPU_BASE_IMAGE} AS runtime-base-cpu
 
 # ---------------------------------------------------------------------------------------------
@@ -152,27 +153,31 @@ RUN --mount=type=cache,target=/root/.cache/pip \
         "torch==${TORCH_VERSION}" ${TORCHVISION_VERSION:+"torchvision==${TORCHVISION_VERSION}"}
 
 # ---------------------------------------------------------------------------------------------
-# The builders' OS: compilers, Open MPI's headers, Python's. Two builders start from it and run
-# side by side (BuildKit builds independent stages at once): Horovod's, which needs torch, and
-# the other wheels', which does not.
+# The builders' OS: compilers, Open MPI's headers, Python's (docker/build/build-os.sh). Two
+# builders start from it and run side by side (BuildKit builds independent stages at once):
+# Horovod's, which needs torch, and nccl-tests.
 # A stage above, picked by FLAVOR, not a registry image:
 # hadolint ignore=DL3006
 FROM builder-base-${FLAVOR} AS build-os
 SHELL ["/bin/bash", "-o", "pipefail", "-euc"]
-ENV DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8 LC_ALL=C.UTF-8
-RUN rm -f /etc/apt/sources.list.d/cuda*.list \
- && apt-get update \
- && apt-get install -y --no-install-recommends \
-        build-essential \
-        ca-certificates \
-        libopenmpi-dev \
-        openmpi-bin \
-        patch \
-        python3-dev \
-        python3-venv \
- && rm -rf /var/lib/apt/lists/*
-ENV VENV=/opt/venv PATH=/opt/venv/bin:${PATH} \
+ENV DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8 LC_ALL=C.UTF-8 \
+    VENV=/opt/venv PATH=/opt/venv/bin:${PATH} \
     PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_WARN_SCRIPT_LOCATION=1
+RUN --mount=type=bind,source=docker/build/build-os.sh,target=/tmp/build-os.sh /tmp/build-os.sh
+COPY docker/build/pip-env.sh /usr/local/lib/byoc-build/pip-env.sh
+COPY docker/requirements-build.txt /tmp/requirements-build.txt
+
+# The same OS and tools on the plain OS base (CPU_BASE_IMAGE) in both flavors: the runtime's
+# other wheels need no CUDA, so they are built here, and a machine that builds both flavors (CI,
+# a release) builds them once. In the cpu flavor this is build-os itself (same base, same steps:
+# BuildKit solves them once). The gpu flavor's runtime must be the same OS release, Python and
+# Open MPI (mpi4py links it): runtime-files checks (docker/build/os-abi.sh).
+FROM builder-base-cpu AS wheels-os
+SHELL ["/bin/bash", "-o", "pipefail", "-euc"]
+ENV DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8 LC_ALL=C.UTF-8 \
+    VENV=/opt/venv PATH=/opt/venv/bin:${PATH} \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_WARN_SCRIPT_LOCATION=1
+RUN --mount=type=bind,source=docker/build/build-os.sh,target=/tmp/build-os.sh /tmp/build-os.sh
 COPY docker/build/pip-env.sh /usr/local/lib/byoc-build/pip-env.sh
 COPY docker/requirements-build.txt /tmp/requirements-build.txt
 
@@ -180,11 +185,11 @@ COPY docker/requirements-build.txt /tmp/requirements-build.txt
 # and the other sdists the runtime needs (sagemaker-training has a C extension), as wheels;
 # the runtime installs them with the rest of the lock. No torch here: none of them builds
 # against it, so this runs while torch downloads and Horovod compiles.
-FROM build-os AS py-wheels
+FROM wheels-os AS py-wheels
 ARG SMDEBUG_VERSION
 ARG SMDEBUG_SHA256
 COPY docker/build/build-smdebug.sh docker/build/smdebug_pb2_upgrade.py docker/build/source_record.py \
-     docker/build/fetch_verified.py /usr/local/lib/byoc-build/
+     docker/build/fetch_verified.py docker/build/os-abi.sh /usr/local/lib/byoc-build/
 COPY docker/patches/ /usr/local/lib/byoc-build/patches/
 COPY docker/requirements.txt /tmp/requirements.txt
 RUN --mount=type=cache,target=/root/.cache/pip \
@@ -197,7 +202,9 @@ RUN --mount=type=cache,target=/root/.cache/pip \
  # mpi4py from source, against this image's Open MPI (PyPI's wheels bring an MPI of their own).
  # Every file fetched is checked against the lock's sha256 (make lock); sdists' build
  # dependencies, which pip fetches for their isolated builds, are not (pip does not hash them).
- && pip wheel --require-hashes --no-binary mpi4py --wheel-dir /wheels -r /tmp/requirements.txt
+ && pip wheel --require-hashes --no-binary mpi4py --wheel-dir /wheels -r /tmp/requirements.txt \
+ # What the wheels were built for, which the runtime checks before it installs them.
+ && /usr/local/lib/byoc-build/os-abi.sh > /wheels-abi
 
 # What builds against torch: the runtime's venv (torch-venv: both bases' python3 is the
 # distribution's, at the same path), and the build's tools beside its torch. pip-env.sh points pip
@@ -305,8 +312,11 @@ ARG SMDEBUG_VERSION
 # built from sdists (mpi4py, sagemaker-training, ...) have hashes of their own.
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
     --mount=type=bind,from=py-wheels,source=/wheels,target=/wheels-py \
+    --mount=type=bind,from=py-wheels,source=/wheels-abi,target=/tmp/wheels-abi \
+    --mount=type=bind,source=docker/build/os-abi.sh,target=/tmp/os-abi.sh \
     --mount=type=bind,source=docker/requirements.txt,target=/tmp/requirements.txt \
-    sed -nE 's/^([A-Za-z0-9_.-]+==[^ ]+).*/\1/p' /tmp/requirements.txt > /tmp/pins.txt \
+    /tmp/os-abi.sh --check /tmp/wheels-abi \
+ && sed -nE 's/^([A-Za-z0-9_.-]+==[^ ]+).*/\1/p' /tmp/requirements.txt > /tmp/pins.txt \
  && pip install --no-cache-dir --no-index --find-links /wheels --find-links /wheels-py \
         -r /tmp/pins.txt "horovod==${HOROVOD_VERSION}" "smdebug==${SMDEBUG_VERSION}+byoc.1" \
  && rm /tmp/pins.txt \

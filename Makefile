@@ -160,6 +160,7 @@ standin: engine ## nvidia/cuda stand-ins ($(STANDIN):devel, :base) from the loca
 
 build-gpu-standin: standin ## The gpu flavor, unchanged Dockerfile, on the stand-ins: $(IMAGE):gpu-standin
 	@FLAVOR=gpu TAG=gpu-standin BUILDER_IMAGE=$(STANDIN):devel RUNTIME_IMAGE=$(STANDIN):base \
+		BASE_IMAGE=$(LOCAL_BASE) \
 		CUDA_ARCHS=$(STANDIN_CUDA_ARCHS) scripts/build.sh
 
 # Always (re)built from this checkout, so a stale image is never the one checked (cached: seconds).

@@ -20,23 +20,33 @@ have_image() {
 
 # The Dockerfile defines the flavors (its block "The flavors"): FLAVOR alone picks the stages'
 # bases. Here only which base images this host has, or can pull, is decided.
+# The plain OS base: the cpu flavor's builder and runtime, and in both flavors the base the
+# runtime's other wheels are built on (stage wheels-os: it must be the gpu runtime's OS release).
+plain_base() {
+    if [ -n "${BASE_IMAGE:-}" ]; then
+        have_image "$BASE_IMAGE" || fail "BASE_IMAGE=$BASE_IMAGE is neither local nor pullable"
+        base=$BASE_IMAGE
+    elif base=$(pin CPU_BASE_IMAGE) && have_image "$base"; then
+        :
+    elif [ "$FLAVOR" = gpu ]; then
+        fail "$base cannot be pulled: the gpu flavor builds its runtime's wheels on it (the nvidia/cuda images' OS). Load it (docker load) or pass BASE_IMAGE=<an image of the same OS release>"
+    else
+        say "$base cannot be pulled (no registry?): using the local Debian base $LOCAL_BASE instead"
+        if ! dk image inspect "$LOCAL_BASE" >/dev/null 2>&1; then
+            say "$LOCAL_BASE does not exist yet: making it (make local-base)"
+            scripts/local-base.sh "$LOCAL_BASE" || fail "could not make $LOCAL_BASE; run 'make local-base' and see its error, or pass BASE_IMAGE=<an OS image you have>"
+        fi
+        base=$LOCAL_BASE
+    fi
+    args+=(--build-arg "CPU_BASE_IMAGE=$base")
+}
+
+# The Dockerfile defines the flavors (its block "The flavors"): FLAVOR alone picks the stages'
+# bases. Here only which base images this host has, or can pull, is decided.
 args=(--build-arg "FLAVOR=$FLAVOR")
 case "$FLAVOR" in
     cpu)
-        if [ -n "${BASE_IMAGE:-}" ]; then
-            have_image "$BASE_IMAGE" || fail "BASE_IMAGE=$BASE_IMAGE is neither local nor pullable"
-            base=$BASE_IMAGE
-        elif base=$(pin CPU_BASE_IMAGE) && have_image "$base"; then
-            :
-        else
-            say "$base cannot be pulled (no registry?): using the local Debian base $LOCAL_BASE instead"
-            if ! dk image inspect "$LOCAL_BASE" >/dev/null 2>&1; then
-                say "$LOCAL_BASE does not exist yet: making it (make local-base)"
-                scripts/local-base.sh "$LOCAL_BASE" || fail "could not make $LOCAL_BASE; run 'make local-base' and see its error, or pass BASE_IMAGE=<an OS image you have>"
-            fi
-            base=$LOCAL_BASE
-        fi
-        args+=(--build-arg "CPU_BASE_IMAGE=$base")
+        plain_base
         say "cpu flavor on $base"
         ;;
     gpu)
@@ -45,9 +55,10 @@ case "$FLAVOR" in
         for b in "$builder" "$runtime"; do
             have_image "$b" || fail "$b cannot be pulled. On a host without registry access, load the nvidia/cuda images (docker load) or pass BUILDER_IMAGE=<CUDA cudnn-devel image> RUNTIME_IMAGE=<matching base image>; or build FLAVOR=cpu"
         done
+        plain_base
         args+=(--build-arg "BUILDER_IMAGE=$builder" --build-arg "RUNTIME_IMAGE=$runtime")
         [ -n "${CUDA_ARCHS:-}" ] && args+=(--build-arg "CUDA_ARCHS=$CUDA_ARCHS")
-        say "gpu flavor on $builder / $runtime"
+        say "gpu flavor on $builder / $runtime (its runtime's other wheels on $base)"
         ;;
     *) fail "FLAVOR must be cpu or gpu, not '$FLAVOR'" ;;
 esac

@@ -192,11 +192,14 @@ def source_component(record: dict) -> Component:
 
 def base_images(env: dict[str, str]) -> list[Component]:
     """BYOC_BASE_IMAGES, which the flavor's builder base sets (the Dockerfile's flavor block):
-    "builder=IMAGE runtime=IMAGE"."""
+    "builder=IMAGE runtime=IMAGE wheels=IMAGE" (wheels: the plain OS the runtime's other wheels
+    are built on)."""
     text = env.get("BYOC_BASE_IMAGES", "")
     roles = dict(item.partition("=")[::2] for item in text.split())
-    if set(roles) != {"builder", "runtime"} or not all(roles.values()):
-        raise SystemExit(f"sbom: BYOC_BASE_IMAGES={text!r} is not 'builder=IMAGE runtime=IMAGE'")
+    if set(roles) != {"builder", "runtime", "wheels"} or not all(roles.values()):
+        raise SystemExit(
+            f"sbom: BYOC_BASE_IMAGES={text!r} is not 'builder=IMAGE runtime=IMAGE wheels=IMAGE'"
+        )
     return [
         Component(
             type=ComponentType.CONTAINER,

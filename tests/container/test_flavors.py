@@ -26,7 +26,8 @@ def base_images(image) -> dict[str, str]:
 def test_a_plain_docker_build_with_flavor_cpu_is_the_cpu_image(client, image, tmp_path):
     assert image.labels.get("io.github.pytorch-horovod.flavor") == "cpu", image.labels
     bases = base_images(image)
-    assert bases["builder"] == bases["runtime"], bases  # one OS image for both cpu stages
+    # One OS image for the cpu stages, the runtime's other wheels included.
+    assert bases["builder"] == bases["runtime"] == bases["wheels"], bases
     # Only what this host needs: where no registry answers, the OS base the image was built on;
     # behind a TLS-intercepting proxy, its CA (only used if a layer is not cached).
     args = ["--build-arg", "FLAVOR=cpu", "--build-arg", f"CPU_BASE_IMAGE={bases['builder']}"]

@@ -153,3 +153,85 @@ def test_git_archive_refuses_what_is_not_the_pin(tmp_path, pkg, version_arg, sha
     assert not out.exists() and list(tmp_path.glob(f"{pkg}.tar.gz*")) == []
     result = run(["bash", str(GIT_ARCHIVE), "nccl", str(repo / ".git"), str(out)])
     assert result.returncode == 1 and "unknown PKG" in result.stderr
+
+
+OS_ABI = ROOT / "docker/build/os-abi.sh"
+
+
+@pytest.fixture
+def dpkg_openmpi(tmp_path):
+    """A dpkg-query that says Open MPI's package version, as Debian writes it (epoch, revision)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "dpkg-query").write_text("#!/bin/sh\necho '1:4.1.6-7ubuntu2'\n")
+    (bin_dir / "dpkg-query").chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+def test_os_abi_names_the_release_python_and_open_mpi(dpkg_openmpi):
+    done = subprocess.run([OS_ABI], env=dpkg_openmpi, capture_output=True, text=True, check=True)
+    release = dict(
+        line.split("=", 1)
+        for line in Path("/etc/os-release").read_text().splitlines()
+        if "=" in line
+    )
+    version_id = release.get("VERSION_ID", "unknown").strip('"')
+    python = subprocess.check_output(  # the python3 on PATH, as in the image
+        ["python3", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], text=True
+    ).strip()
+    assert done.stdout.strip() == f"{release['ID']}-{version_id} python{python} openmpi4.1.6"
+
+
+def test_the_runtime_refuses_wheels_built_for_another_os(dpkg_openmpi, tmp_path):
+    own = subprocess.run([OS_ABI], env=dpkg_openmpi, capture_output=True, text=True, check=True)
+    built = tmp_path / "wheels-abi"
+    built.write_text(own.stdout)
+    ok = subprocess.run(
+        [OS_ABI, "--check", built], env=dpkg_openmpi, capture_output=True, text=True, check=False
+    )
+    assert ok.returncode == 0, ok.stderr
+    built.write_text("ubuntu-22.04 python3.10 openmpi4.1.2\n")
+    bad = subprocess.run(
+        [OS_ABI, "--check", built], env=dpkg_openmpi, capture_output=True, text=True, check=False
+    )
+    assert bad.returncode == 1
+    assert "ubuntu-22.04 python3.10 openmpi4.1.2" in bad.stderr and "CPU_BASE_IMAGE" in bad.stderr
+
+
+# A docker with the nvidia/cuda images but no registry: `pull` fails, so does inspecting any
+# image other than those two.
+NO_REGISTRY_DOCKER = r"""#!/bin/sh
+case "$1 $2" in
+"version --format") echo 27.5.1; exit 0 ;;
+"image inspect") case "$3" in cuda:devel|cuda:base) echo '[{}]'; exit 0 ;; esac; exit 1 ;;
+esac
+case "$1" in pull|build) exit 1 ;; esac
+exit 0
+"""
+
+
+def test_a_gpu_build_without_its_plain_os_base_says_which_image_before_building(tmp_path):
+    """The gpu flavor builds the runtime's other wheels on CPU_BASE_IMAGE (the nvidia/cuda images'
+    OS): without it, build.sh stops naming it, and never falls back to another OS."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "docker").write_text(NO_REGISTRY_DOCKER)
+    (bin_dir / "docker").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("BASE_IMAGE", "MAKEFLAGS", "MAKELEVEL")}
+    env |= {"PATH": f"{bin_dir}:{os.environ['PATH']}", "DOCKER": "docker", "FLAVOR": "gpu",
+            "BUILDER_IMAGE": "cuda:devel", "RUNTIME_IMAGE": "cuda:base"}  # fmt: skip
+    done = subprocess.run(
+        [ROOT / "scripts/build.sh"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode != 0
+    base = dockerfile.arg("CPU_BASE_IMAGE")
+    assert (
+        f"{base} cannot be pulled: the gpu flavor builds its runtime's wheels on it" in done.stderr
+    )
+    assert "BASE_IMAGE=" in done.stderr and "pytorch-horovod-base" not in done.stderr

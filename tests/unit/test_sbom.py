@@ -33,7 +33,7 @@ Architecture: amd64
 Version: 5.2.15-2+b7
 """
 
-ENV = {"BYOC_BASE_IMAGES": "builder=builder:1 runtime=runtime:1", "FLAVOR": "cpu"}
+ENV = {"BYOC_BASE_IMAGES": "builder=builder:1 runtime=runtime:1 wheels=os:1", "FLAVOR": "cpu"}
 
 
 def record(rootfs: Path, name: str, kind: str = "tarball", **fields) -> dict:
@@ -115,7 +115,7 @@ def test_sources_as_recorded_with_their_patches_and_what_was_not_built(rootfs):
     assert ref["url"] == "https://example.invalid/libfabric.tar.gz"
     assert ref["hashes"][0]["content"] == "d" * 64
     images = [c["name"] for c in doc["components"] if c["type"] == "container"]
-    assert sorted(images) == ["builder:1", "runtime:1"]
+    assert sorted(images) == ["builder:1", "os:1", "runtime:1"]
     props = {
         p["name"].rsplit(":", 1)[1]: p["value"] for p in doc["metadata"]["component"]["properties"]
     }
@@ -124,8 +124,9 @@ def test_sources_as_recorded_with_their_patches_and_what_was_not_built(rootfs):
 
 @pytest.mark.parametrize(
     ("base_images", "message"),
-    [("", "BYOC_BASE_IMAGES=''"), ("builder=a", "not 'builder=IMAGE runtime=IMAGE'"),
-     ("builder= runtime=b", "not 'builder=IMAGE runtime=IMAGE'")],
+    [("", "BYOC_BASE_IMAGES=''"), ("builder=a", "not 'builder=IMAGE runtime=IMAGE wheels=IMAGE'"),
+     ("builder=a runtime=b", "not 'builder=IMAGE runtime=IMAGE wheels=IMAGE'"),
+     ("builder= runtime=b wheels=c", "not 'builder=IMAGE runtime=IMAGE wheels=IMAGE'")],
 )  # fmt: skip
 def test_the_base_images_must_be_named(rootfs, base_images, message):
     with pytest.raises(SystemExit, match=re.escape(message)):
