@@ -18,8 +18,6 @@ have_image() {
     dk pull "$1" >/dev/null 2>&1
 }
 
-# The Dockerfile defines the flavors (its block "The flavors"): FLAVOR alone picks the stages'
-# bases. Here only which base images this host has, or can pull, is decided.
 # The plain OS base: the cpu flavor's builder and runtime, and in both flavors the base the
 # runtime's other wheels are built on (stage wheels-os: it must be the gpu runtime's OS release).
 plain_base() {

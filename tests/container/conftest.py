@@ -133,6 +133,18 @@ def image_output(image, command: list[str], entrypoint: str = "", timeout: float
     return done.stdout
 
 
+def base_images(image) -> dict[str, str]:
+    """The flavor's bases, as the image's SBOM names them (docker/build/write_sbom.py)."""
+    bom = json.loads(image_output(image, ["/opt/byoc/sbom.cdx.json"], entrypoint="cat"))
+    return {
+        p["value"]: c["name"]
+        for c in bom["components"]
+        if c["type"] == "container"
+        for p in c.get("properties", [])
+        if p["name"].endswith(":base-image")
+    }
+
+
 @pytest.fixture
 def containers(client, image):
     pool = Containers(client, image)

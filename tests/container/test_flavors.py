@@ -4,23 +4,10 @@ come from the build cache that `make build FLAVOR=cpu` left, so this takes secon
 
 from __future__ import annotations
 
-import json
 import subprocess
 
 from hostkit.docker import Docker, build_client
-from tests.container.conftest import ROOT, image_output
-
-
-def base_images(image) -> dict[str, str]:
-    """The flavor's bases, as the image's SBOM names them (docker/build/write_sbom.py)."""
-    bom = json.loads(image_output(image, ["/opt/byoc/sbom.cdx.json"], entrypoint="cat"))
-    return {
-        p["value"]: c["name"]
-        for c in bom["components"]
-        if c["type"] == "container"
-        for p in c.get("properties", [])
-        if p["name"].endswith(":base-image")
-    }
+from tests.container.conftest import ROOT, base_images
 
 
 def test_a_plain_docker_build_with_flavor_cpu_is_the_cpu_image(client, image, tmp_path):

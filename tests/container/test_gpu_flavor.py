@@ -7,7 +7,6 @@ What needs a GPU (NCCL collectives, CUDA tensors, AMP) is in tests/gpu (make tes
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import sys
@@ -16,7 +15,7 @@ import textwrap
 import pytest
 
 from hostkit import dockerfile
-from tests.container.conftest import ROOT
+from tests.container.conftest import ROOT, base_images
 
 pytestmark = pytest.mark.gpu_flavor
 
@@ -159,20 +158,11 @@ def test_a_replaced_entrypoint_still_gets_byoc_init_and_mpi4py(gpu):
     assert "Open MPI" in out, out
 
 
-def test_the_runtimes_other_wheels_come_from_the_plain_os_base(gpu):
+def test_the_runtimes_other_wheels_come_from_the_plain_os_base(gpu_image):
     """py-wheels (mpi4py's compile among them) is built on CPU_BASE_IMAGE in both flavors, so the
     cpu build's serves this one; the SBOM names that base beside the CUDA pair. The runtime's
     OS check (docker/build/os-abi.sh) let the build through, and mpi4py above runs here."""
-    status, out = gpu.run(["/opt/byoc/sbom.cdx.json"], timeout=60, entrypoint=["cat"])
-    assert status == 0, out
-    bom = json.loads(out)
-    bases = {
-        p["value"]: c["name"]
-        for c in bom["components"]
-        if c["type"] == "container"
-        for p in c.get("properties", [])
-        if p["name"].endswith(":base-image")
-    }
+    bases = base_images(gpu_image)
     assert set(bases) == {"builder", "runtime", "wheels"}, bases
     assert bases["wheels"] not in (bases["builder"], bases["runtime"]), bases
 
