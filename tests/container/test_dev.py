@@ -153,8 +153,14 @@ def test_two_containers_never_share_host_keys(containers, key_pair):
 
 def test_no_keys_means_no_sshd_and_a_message(containers):
     c = start_dev(containers)
-    wait_until(lambda: "JupyterLab on port" in logs(c), timeout=60, what="dev mode started")
-    assert "sshd not started: no authorized keys" in logs(c)
+    # The warnings come after every service has started (Jupyter's banner first, TensorBoard
+    # next), so wait for the warning itself, not for the banner before it.
+    wait_until(
+        lambda: "sshd not started: no authorized keys" in logs(c),
+        timeout=90,
+        what="the no-keys warning",
+    )
+    assert "JupyterLab on port" in logs(c)
     code, out = c.exec_run(["bash", "-c", "pgrep -x sshd || echo none"])
     assert out.decode().strip() == "none"
 
