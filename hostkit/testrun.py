@@ -5,7 +5,12 @@
 lane images: build-cpu (the cpu image from this checkout; cached: seconds) -> test-container ->
              smoke
 lane checks: lint -> test-unit -> build-gpu-standin (once build-cpu is done) -> test-gpu-flavor
-             -> test-horovod (on both images)
+             -> test-horovod (on both images) -> test-container-tail
+
+test-container and test-container-tail share the container tests' modules (tests/sharing.py):
+the first takes them from the front, the second, once the checks lane has done its own work,
+from the back; each module runs once, in whichever claims it first. With the build cache warm
+the container tests are the longest stage by far, and the checks lane's end was idle time.
 
 Why two lanes: the container tests spend much of their time waiting (clusters starting, elastic
 timeouts, a stall's bound), leaving about half of two cores idle; the other lane's unit tests,
@@ -27,6 +32,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -34,6 +40,10 @@ from dataclasses import dataclass, field
 from hostkit import HostError, Teller, run
 
 say = Teller("testrun")
+# The container tests' share (tests/sharing.py reads them): the claims' directory, and which
+# end of the module list a run takes from.
+SHARE_DIR_ENV = "BYOC_TEST_SHARE"
+SHARE_FROM_ENV = "BYOC_TEST_SHARE_FROM"
 INTERRUPT_GRACE = 60  # seconds a stage has to clean up (pytest's finalizers) after an interrupt
 
 
@@ -42,18 +52,24 @@ class Stage:
     name: str
     args: tuple[str, ...]  # make's arguments
     after: str = ""  # a stage of the other lane that must have passed first
+    env: dict[str, str] = field(default_factory=dict)  # added to make's environment
     lane: str = ""
     seconds: float = 0.0
     result: str = "not run"  # ok | failed (exit N) | not run: why
     done: threading.Event = field(default_factory=threading.Event)
 
 
-def stages() -> dict[str, list[Stage]]:
-    """The lanes, in order. `-o T` keeps make from remaking T, which an earlier stage made."""
+def stages(share: str) -> dict[str, list[Stage]]:
+    """The lanes, in order; share is the container tests' claims directory (tests/sharing.py).
+    `-o T` keeps make from remaking T, which an earlier stage made."""
+
+    def shared(end: str) -> dict[str, str]:
+        return {SHARE_DIR_ENV: share, SHARE_FROM_ENV: end}
+
     return {
         "images": [
             Stage("build-cpu", ("build", "FLAVOR=cpu", "TAG=cpu")),
-            Stage("test-container", ("test-container",)),
+            Stage("test-container", ("test-container",), env=shared("front")),
             Stage("smoke", ("smoke",)),
         ],
         "checks": [
@@ -66,6 +82,12 @@ def stages() -> dict[str, list[Stage]]:
                 "test-gpu-flavor", ("-o", "build-gpu-standin", "-o", "standin", "test-gpu-flavor")
             ),
             Stage("test-horovod", ("test-horovod",), after="build-cpu"),
+            Stage(
+                "test-container-tail",
+                ("test-container",),
+                after="build-cpu",
+                env=shared("back"),
+            ),
         ],
     }
 
@@ -84,7 +106,7 @@ class Runner:
             if self.quiet:
                 return
             try:
-                sys.stdout.write(f"{stage:<{self.width}}| {line.rstrip(chr(10))}\n")
+                sys.stdout.write(f"{stage:<{self.width}} | {line.rstrip(chr(10))}\n")
                 sys.stdout.flush()
             except (BrokenPipeError, ValueError):
                 self.quiet = True
@@ -94,7 +116,7 @@ class Runner:
         with self.lock:
             say(message)
 
-    def start(self, cmd: list[str]) -> subprocess.Popen | None:
+    def start(self, cmd: list[str], env: dict[str, str]) -> subprocess.Popen | None:
         """The stage's make, in a group of its own (an interrupt reaches all of it); None once
         the run is stopping. Checked and registered under the lock that interrupt() holds, so
         no stage starts unseen by an interrupt."""
@@ -109,7 +131,7 @@ class Runner:
                     text=True,
                     errors="replace",
                     start_new_session=True,
-                    env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                    env={**os.environ, "PYTHONUNBUFFERED": "1", **env},
                 )
             except OSError as exc:
                 raise HostError(f"cannot run {cmd[0]}: {exc.strerror}", 127) from None
@@ -125,7 +147,7 @@ class Runner:
                 return False
         cmd = [*self.make.split(), "--no-print-directory", *stage.args]
         start = time.monotonic()
-        child = self.start(cmd)
+        child = self.start(cmd, stage.env)
         if child is None:
             stage.result = "not run: interrupted"
             return False
@@ -209,7 +231,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
-    lanes = stages()
+    with tempfile.TemporaryDirectory(prefix="byoc-test-share-") as share:
+        return run_lanes(a, stages(share))
+
+
+def run_lanes(a: argparse.Namespace, lanes: dict[str, list[Stage]]) -> int:
     for name, lane in lanes.items():
         for stage in lane:
             stage.lane = name

@@ -23,6 +23,9 @@ from hostkit.docker import Docker
 from tests import helpers
 from tests.helpers import wait_until
 
+# Under `make test` the two lanes share these modules (tests/sharing.py): hooks, found by name.
+from tests.sharing import pytest_configure, pytest_runtestloop, pytest_terminal_summary  # noqa: F401
+
 docker = pytest.importorskip(
     "docker", reason="the Docker SDK is not installed (make test installs it)"
 )

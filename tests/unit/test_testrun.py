@@ -4,6 +4,7 @@ waits, what a failure stops, and the breakdown it prints."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -15,12 +16,17 @@ from tests.helpers import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# A stand-in make: logs "<target> start|end", fails the target named by FAIL, and, for the target
+# A stand-in make: logs "<target> start|end" (the container tests' second run as
+# test-container-tail, and "share <stage> <end> <dir>" where the share's directory exists), fails
+# the target named by FAIL, and, for the target
 # named by WAIT_FOR_TARGET, waits (at most 30 s) until the stage named by WAIT_FOR has started:
 # proof that the two ran at the same time, with no timing in the assertion.
 FAKE_MAKE = r"""#!/bin/sh
 for a in "$@"; do case "$a" in -*|*=*) ;; *) last=$a ;; esac; done
 [ "$last" = build ] && last=build-cpu
+[ "${BYOC_TEST_SHARE_FROM:-}" = back ] && last=test-container-tail
+[ -n "${BYOC_TEST_SHARE:-}" ] && [ -d "$BYOC_TEST_SHARE" ] \
+    && echo "share $last $BYOC_TEST_SHARE_FROM $BYOC_TEST_SHARE" >> "$LOG"
 echo "$last start" >> "$LOG"
 echo "output of $last"
 if [ "$last" = "${WAIT_FOR_TARGET:-}" ]; then
@@ -71,8 +77,19 @@ def test_the_lanes_run_side_by_side_and_every_stage_passes(tmp_path):
     assert log.index("lint start") < log.index("build-cpu end")
     for stage in ("build-cpu", "test-container", "smoke", "lint", "test-unit"):
         assert f"{stage} end" in log
-    assert "test-container   | output of test-container" in out
+    assert re.search(r"^test-container +\| output of test-container$", out, re.M), out
     assert "wall time" in out and "passed" in out
+
+
+def test_the_container_tests_are_shared_between_the_lanes_through_one_directory(tmp_path):
+    code, out, log = run(tmp_path)
+    assert code == 0, out
+    shares = sorted(line.split()[1:] for line in log if line.startswith("share "))
+    assert [s[:2] for s in shares] == [["test-container", "front"], ["test-container-tail", "back"]]
+    assert shares[0][2] == shares[1][2]  # one directory, which existed while they ran
+    assert not Path(shares[0][2]).exists()  # and is gone with the run
+    assert log.index("test-horovod end") < log.index("test-container-tail start")
+    assert re.search(r"^test-container-tail +\| output of test-container-tail$", out, re.M)
 
 
 def test_a_failure_stops_its_lane_and_the_other_goes_on(tmp_path):
@@ -112,6 +129,7 @@ def test_one_lane_runs_every_stage_in_order(tmp_path):
         "build-gpu-standin",
         "test-gpu-flavor",
         "test-horovod",
+        "test-container-tail",
     ]
 
 
