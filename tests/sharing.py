@@ -31,8 +31,8 @@ ENDS = ("front", "back")
 class Share:
     claims: Path
     end: str
+    modules: int = 0  # in the suite this run collected
     ran: list[str] = field(default_factory=list)
-    left: list[str] = field(default_factory=list)
 
     def claim(self, module: str) -> bool:
         """True where this run is the first to ask for the module."""
@@ -66,8 +66,8 @@ def run(session: pytest.Session, share: Share) -> bool:
     modules: dict[str, list[pytest.Item]] = {}
     for item in session.items:
         modules.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
-    order = list(modules) if share.end == "front" else list(reversed(modules))
-    pending = iter(order)
+    share.modules = len(modules)
+    pending = iter(modules if share.end == "front" else reversed(modules))
 
     def next_claimed() -> str | None:
         for module in pending:
@@ -92,17 +92,16 @@ def run(session: pytest.Session, share: Share) -> bool:
             if session.shouldstop:
                 raise session.Interrupted(session.shouldstop)
         current = following
-    share.left = [m for m in order if m not in share.ran]
     return True
 
 
-def summary(share: Share) -> list[str]:
-    """What the run did of the shared suite, for its closing lines."""
+def summary(share: Share) -> str:
+    """What the run did of the shared suite, for its closing line."""
     ran = ", ".join(Path(m).name for m in share.ran) or "none"
-    return [
-        f"shared with another run ({DIR_ENV}, from the {share.end}): "
-        f"{len(share.ran)} module(s) ran here ({ran}); {len(share.left)} ran in the other"
-    ]
+    return (
+        f"shared with another run ({DIR_ENV}, from the {share.end}): {len(share.ran)} "
+        f"module(s) ran here ({ran}); {share.modules - len(share.ran)} ran in the other"
+    )
 
 
 # The hooks; a conftest imports them (tests/container/conftest.py).
@@ -127,5 +126,4 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     share = config.stash.get(SHARE, None)
     if share is not None:
-        for line in summary(share):
-            terminalreporter.write_line(line)
+        terminalreporter.write_line(summary(share))
