@@ -147,6 +147,12 @@ class Host:
         return fabric.apply(self.env, self.root)
 
 
+def script(bin_dir: Path, name: str, text: str) -> None:
+    """A fake program: text as bin_dir/name, executable (tool_env puts bin_dir first on PATH)."""
+    (bin_dir / name).write_text(text)
+    (bin_dir / name).chmod(0o755)
+
+
 def tool_env(tmp_path: Path, bin_dir: Path, **extra: str) -> dict[str, str]:
     """The environment make and the shell tools run in under test: the fakes in bin_dir first on
     PATH, every state directory in tmp_path, nothing of a calling make."""

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from hostkit import dockerfile
+from tests.unit.fakes import script, tool_env
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD_EFA = ROOT / "docker/build/build-efa.sh"
@@ -163,9 +164,8 @@ def dpkg_openmpi(tmp_path):
     """A dpkg-query that says Open MPI's package version, as Debian writes it (epoch, revision)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "dpkg-query").write_text("#!/bin/sh\necho '1:4.1.6-7ubuntu2'\n")
-    (bin_dir / "dpkg-query").chmod(0o755)
-    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    script(bin_dir, "dpkg-query", "#!/bin/sh\necho '1:4.1.6-7ubuntu2'\n")
+    return tool_env(tmp_path, bin_dir)
 
 
 def test_os_abi_names_the_release_python_and_open_mpi(dpkg_openmpi):
@@ -215,11 +215,10 @@ def test_a_gpu_build_without_its_plain_os_base_says_which_image_before_building(
     OS): without it, build.sh stops naming it, and never falls back to another OS."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "docker").write_text(NO_REGISTRY_DOCKER)
-    (bin_dir / "docker").chmod(0o755)
-    env = {k: v for k, v in os.environ.items() if k not in ("BASE_IMAGE", "MAKEFLAGS", "MAKELEVEL")}
-    env |= {"PATH": f"{bin_dir}:{os.environ['PATH']}", "DOCKER": "docker", "FLAVOR": "gpu",
-            "BUILDER_IMAGE": "cuda:devel", "RUNTIME_IMAGE": "cuda:base"}  # fmt: skip
+    script(bin_dir, "docker", NO_REGISTRY_DOCKER)
+    env = tool_env(tmp_path, bin_dir, DOCKER="docker", FLAVOR="gpu",
+                   BUILDER_IMAGE="cuda:devel", RUNTIME_IMAGE="cuda:base")  # fmt: skip
+    env.pop("BASE_IMAGE", None)
     done = subprocess.run(
         [ROOT / "scripts/build.sh"],
         cwd=ROOT,

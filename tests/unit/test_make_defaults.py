@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.fakes import tool_env
+from tests.unit.fakes import script, tool_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,11 +40,6 @@ ${FAKE_USER:?}
 EOF
 case "$1" in -un) echo "$name" ;; -u) echo "$uid" ;; -g) echo "$gid" ;; *) exit 1 ;; esac
 """
-
-
-def script(bin_dir: Path, name: str, text: str) -> None:
-    (bin_dir / name).write_text(text)
-    (bin_dir / name).chmod(0o755)
 
 
 @pytest.fixture
