@@ -118,41 +118,6 @@ RUN rm -f /etc/apt/sources.list.d/cuda*.list \
  && rm -f /etc/ssh/ssh_host_*
 
 # ---------------------------------------------------------------------------------------------
-# The runtime's venv with torch (and torchvision): installed once, here. The runtime's files start
-# from it, and the builder compiles Horovod against a copy of it: the very torch the image ships.
-FROM runtime-os AS torch-venv
-ARG TORCH_VERSION
-ARG TORCHVISION_VERSION
-ARG TORCH_INDEX_URL
-ENV VENV=/opt/venv \
-    PATH=/opt/venv/bin:${PATH} \
-    PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    PYTHONUNBUFFERED=1 \
-    # OpenMPI in a container runs as root unless the user picks another; allow it explicitly.
-    OMPI_ALLOW_RUN_AS_ROOT=1 \
-    OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-    # The NVIDIA container toolkit mounts the driver for these; nothing of the driver is baked.
-    NVIDIA_VISIBLE_DEVICES=all \
-    NVIDIA_DRIVER_CAPABILITIES=compute,utility \
-    # hwloc's GL plugin looks for X displays :0, :1, ... over TCP (localhost:6000+N): a
-    # TensorBoard on 6006 (display :6) accepts and never answers, and every mpirun hangs.
-    HWLOC_COMPONENTS=-gl
-# torch first: the biggest layer, and the one that changes least. (Pinned by ARG.) An empty
-# TORCHVISION_VERSION leaves torchvision out (the torch canary, before a matching one exists).
-# pip's bytecode (__pycache__) stays: ~300 MB that halve every fresh container's
-# `import torch, horovod.torch` (7 s -> 3.5 s here), for each rank, each elastic join, and a
-# non-root user, who cannot write it at run time.
-# hadolint ignore=DL3013
-RUN --mount=type=cache,target=/root/.cache/pip \
-    --mount=type=secret,id=ca \
-    --mount=type=bind,source=.wheelhouse,target=/wheelhouse \
-    --mount=type=bind,source=docker/build/pip-env.sh,target=/tmp/pip-env.sh \
-    . /tmp/pip-env.sh \
- && python3 -m venv "${VENV}" \
- && pip install ${TORCH_INDEX_URL:+--index-url "${TORCH_INDEX_URL}"} \
-        "torch==${TORCH_VERSION}" ${TORCHVISION_VERSION:+"torchvision==${TORCHVISION_VERSION}"}
-
-# ---------------------------------------------------------------------------------------------
 # The builders' OS: compilers, Open MPI's headers, Python's (docker/build/build-os.sh). Two
 # builders start from it and run side by side (BuildKit builds independent stages at once):
 # Horovod's, which needs torch, and nccl-tests.
@@ -168,10 +133,11 @@ COPY docker/build/pip-env.sh /usr/local/lib/byoc-build/pip-env.sh
 COPY docker/requirements-build.txt /tmp/requirements-build.txt
 
 # The same OS and tools on the plain OS base (CPU_BASE_IMAGE) in both flavors: the runtime's
-# other wheels need no CUDA, so they are built here, and a machine that builds both flavors (CI,
-# a release) builds them once. In the cpu flavor this is build-os itself (same base, same steps:
-# BuildKit solves them once). The gpu flavor's runtime must be the same OS release, Python and
-# Open MPI (mpi4py links it): runtime-files checks (docker/build/os-abi.sh).
+# venv (torch) and other wheels need no CUDA, so they are made here, and a machine that builds
+# both flavors (CI, a release) makes them once. In the cpu flavor this is build-os itself (same
+# base, same steps: BuildKit solves them once). The gpu flavor's runtime must be the same OS
+# release, Python and Open MPI (the venv's python is the OS's; mpi4py links Open MPI):
+# runtime-files checks (docker/build/os-abi.sh).
 FROM builder-base-cpu AS wheels-os
 SHELL ["/bin/bash", "-o", "pipefail", "-euc"]
 ENV DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8 LC_ALL=C.UTF-8 \
@@ -179,7 +145,29 @@ ENV DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8 LC_ALL=C.UTF-8 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_WARN_SCRIPT_LOCATION=1
 RUN --mount=type=bind,source=docker/build/build-os.sh,target=/tmp/build-os.sh /tmp/build-os.sh
 COPY docker/build/pip-env.sh /usr/local/lib/byoc-build/pip-env.sh
-COPY docker/requirements-build.txt /tmp/requirements-build.txt
+
+# The runtime's venv with torch (and torchvision): installed once, here. The runtime copies it
+# whole, and the builder compiles Horovod against another copy: the very torch the image ships.
+# It needs neither CUDA nor the flavor's base, only the runtime's Python: so it is made on the
+# plain OS base in both flavors, like py-wheels (the runtime checks it is the same OS release and
+# Python: docker/build/os-abi.sh), and a machine that builds both flavors installs torch once.
+FROM wheels-os AS torch-venv
+ARG TORCH_VERSION
+ARG TORCHVISION_VERSION
+ARG TORCH_INDEX_URL
+# torch first: the biggest layer, and the one that changes least. (Pinned by ARG.) An empty
+# TORCHVISION_VERSION leaves torchvision out (the torch canary, before a matching one exists).
+# pip's bytecode (__pycache__) stays: ~300 MB that halve every fresh container's
+# `import torch, horovod.torch` (7 s -> 3.5 s here), for each rank, each elastic join, and a
+# non-root user, who cannot write it at run time.
+# hadolint ignore=DL3013
+RUN --mount=type=cache,target=/root/.cache/pip \
+    --mount=type=secret,id=ca \
+    --mount=type=bind,source=.wheelhouse,target=/wheelhouse \
+    . /usr/local/lib/byoc-build/pip-env.sh \
+ && python3 -m venv "${VENV}" \
+ && pip install ${TORCH_INDEX_URL:+--index-url "${TORCH_INDEX_URL}"} \
+        "torch==${TORCH_VERSION}" ${TORCHVISION_VERSION:+"torchvision==${TORCHVISION_VERSION}"}
 
 # smdebug (last release 2023) patched for protobuf >= 4 and numpy 2 (docs/patches.md),
 # and the other sdists the runtime needs (sagemaker-training has a C extension), as wheels;
@@ -191,7 +179,7 @@ ARG SMDEBUG_SHA256
 COPY docker/build/build-smdebug.sh docker/build/smdebug_pb2_upgrade.py docker/build/source_record.py \
      docker/build/fetch_verified.py docker/build/os-abi.sh /usr/local/lib/byoc-build/
 COPY docker/patches/ /usr/local/lib/byoc-build/patches/
-COPY docker/requirements.txt /tmp/requirements.txt
+COPY docker/requirements.txt docker/requirements-build.txt /tmp/
 RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=ca \
     --mount=type=bind,source=.wheelhouse,target=/wheelhouse \
@@ -206,7 +194,7 @@ RUN --mount=type=cache,target=/root/.cache/pip \
  # What the wheels were built for, which the runtime checks before it installs them.
  && /usr/local/lib/byoc-build/os-abi.sh > /wheels-abi
 
-# What builds against torch: the runtime's venv (torch-venv: both bases' python3 is the
+# What builds against torch: the runtime's venv (torch-venv: every base's python3 is the
 # distribution's, at the same path), and the build's tools beside its torch. pip-env.sh points pip
 # at the CA secret and the wheelhouse when the build is given them. Horovod's builder and
 # nccl-tests start from here, side by side.
@@ -303,9 +291,24 @@ COPY entrypoint/ /src/entrypoint/
 RUN pip wheel --no-deps --no-build-isolation --wheel-dir /wheels-own /src/entrypoint
 
 # ---------------------------------------------------------------------------------------------
-FROM torch-venv AS runtime-files
+FROM runtime-os AS runtime-files
 ARG HOROVOD_VERSION
 ARG SMDEBUG_VERSION
+ENV VENV=/opt/venv \
+    PATH=/opt/venv/bin:${PATH} \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONUNBUFFERED=1 \
+    # OpenMPI in a container runs as root unless the user picks another; allow it explicitly.
+    OMPI_ALLOW_RUN_AS_ROOT=1 \
+    OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+    # The NVIDIA container toolkit mounts the driver for these; nothing of the driver is baked.
+    NVIDIA_VISIBLE_DEVICES=all \
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility \
+    # hwloc's GL plugin looks for X displays :0, :1, ... over TCP (localhost:6000+N): a
+    # TensorBoard on 6006 (display :6) accepts and never answers, and every mpirun hangs.
+    HWLOC_COMPONENTS=-gl
+# torch's venv, made on the plain OS base (stage torch-venv): checked with the wheels below.
+COPY --from=torch-venv /opt/venv /opt/venv
 # Horovod and the SageMaker libraries, from the wheels the builders made: nothing compiled here,
 # no index.
 # The lock's pins without its hashes: py-wheels checked what it fetched, and the wheels it

@@ -234,3 +234,37 @@ def test_a_gpu_build_without_its_plain_os_base_says_which_image_before_building(
         f"{base} cannot be pulled: the gpu flavor builds its runtime's wheels on it" in done.stderr
     )
     assert "BASE_IMAGE=" in done.stderr and "pytorch-horovod-base" not in done.stderr
+
+
+def _stages() -> dict[str, str]:
+    """The Dockerfile's stages: name -> what it starts FROM."""
+    stages = {}
+    for line in (ROOT / "Dockerfile").read_text().splitlines():
+        words = line.split()
+        if len(words) == 4 and words[0] == "FROM" and words[2].upper() == "AS":
+            stages[words[3]] = words[1]
+    return stages
+
+
+def _chain(stages: dict[str, str], name: str) -> list[str]:
+    chain = [name]
+    while chain[-1] in stages:
+        chain.append(stages[chain[-1]])
+    return chain
+
+
+def test_what_needs_no_cuda_is_made_on_the_plain_os_base_in_both_flavors():
+    """torch's venv and the runtime's other wheels start from the plain OS base whatever FLAVOR
+    is, so a machine that builds both flavors (CI) installs torch and compiles mpi4py once; the
+    runtime copies the venv and checks the OS it was made on (os-abi.sh)."""
+    stages = _stages()
+    for name in ("torch-venv", "py-wheels"):
+        chain = _chain(stages, name)
+        assert "builder-base-cpu" in chain, chain
+        assert not any("FLAVOR" in s for s in chain), chain
+    assert stages["runtime-files"] == "runtime-os"
+    text = (ROOT / "Dockerfile").read_text()
+    runtime_files = text[text.index("AS runtime-files") :]
+    assert "COPY --from=torch-venv /opt/venv /opt/venv" in runtime_files
+    check = runtime_files.index("os-abi.sh --check")
+    assert runtime_files.index("COPY --from=torch-venv") < check < runtime_files.index("pip install")
