@@ -266,5 +266,6 @@ def test_what_needs_no_cuda_is_made_on_the_plain_os_base_in_both_flavors():
     text = (ROOT / "Dockerfile").read_text()
     runtime_files = text[text.index("AS runtime-files") :]
     assert "COPY --from=torch-venv /opt/venv /opt/venv" in runtime_files
+    copied = runtime_files.index("COPY --from=torch-venv")
     check = runtime_files.index("os-abi.sh --check")
-    assert runtime_files.index("COPY --from=torch-venv") < check < runtime_files.index("pip install")
+    assert copied < check < runtime_files.index("pip install")
