@@ -75,6 +75,38 @@ def root_cause(failures: list[RankFailure]) -> RankFailure | None:
     return min(failures, key=lambda f: (collateral(f), f.at))
 
 
+class RankLines:
+    """Whole lines of each rank out of a launcher's merged, tagged output, fed line by line.
+
+    Untagged text is rank 0's (a single process, mpirun's own messages); every tag starts a
+    piece of its rank's line, and only the last piece of an output line ends one: the pieces
+    before it wait, per rank, for the rest of their line. torch's "[rankN]: " tags whole lines.
+    """
+
+    def __init__(self) -> None:
+        self._partial: dict[int, str] = {}  # each rank's line so far, unfinished
+
+    def feed(self, line: str) -> tuple[int, str]:
+        """The rank and whole text (tags gone) of the line this output line ends."""
+        line = line.rstrip("\n")
+        torch = _TORCH_TAG.match(line)
+        if torch:
+            return int(torch.group(1)), torch.group(2)
+        parts = _RANK_TAG.split(line)
+        pieces = [(0, parts[0])] if parts[0] or len(parts) == 1 else []
+        pieces += [(int(parts[i]), parts[i + 1]) for i in range(1, len(parts), 2)]
+        for rank, text in pieces[:-1]:
+            self._partial[rank] = self._partial.get(rank, "") + text
+        rank, text = pieces[-1]
+        return rank, self._partial.pop(rank, "") + text
+
+
+def rank_lines(text: str) -> list[tuple[int, str]]:
+    """Every whole line of a job's output (a log read back), as (rank, text): RankLines."""
+    joiner = RankLines()
+    return [joiner.feed(line) for line in text.splitlines()]
+
+
 @dataclass
 class OutputWatcher:
     """Fed every output line of the job; remembers the tail and every rank that raised."""
@@ -82,7 +114,7 @@ class OutputWatcher:
     tail: collections.deque = field(default_factory=lambda: collections.deque(maxlen=60))
     failures: list[RankFailure] = field(default_factory=list)
     _in_traceback: dict[int, list[str]] = field(default_factory=dict)
-    _partial: dict[int, str] = field(default_factory=dict)  # each rank's line so far, unfinished
+    _lines: RankLines = field(default_factory=RankLines)
     _began: dict[int, float] = field(default_factory=dict)
     last_line: float = field(default_factory=time.monotonic)  # when the last line came
     # Horovod's latest stall report: {rank: [tensors the others wait on]}, and when it came
@@ -95,19 +127,8 @@ class OutputWatcher:
         line = line.rstrip("\n")
         self.tail.append(line)
         self.last_line = time.monotonic()
-        torch = _TORCH_TAG.match(line)
-        if torch:
-            self._rank_line(int(torch.group(1)), torch.group(2))
-            return
-        # Untagged text is rank 0's (a single process, mpirun's own messages); every tag starts
-        # a piece of its rank's line, and only the last piece of this one ends a line.
-        parts = _RANK_TAG.split(line)
-        pieces = [(0, parts[0])] if parts[0] or len(parts) == 1 else []
-        pieces += [(int(parts[i]), parts[i + 1]) for i in range(1, len(parts), 2)]
-        for rank, text in pieces[:-1]:
-            self._partial[rank] = self._partial.get(rank, "") + text
-        rank, text = pieces[-1]
-        self._rank_line(rank, self._partial.pop(rank, "") + text)
+        rank, text = self._lines.feed(line)
+        self._rank_line(rank, text)
 
     def _rank_line(self, rank: int, text: str) -> None:
         """One whole line of rank's output, its tags gone."""

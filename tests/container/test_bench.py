@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from tests.container.conftest import ROOT, RUN_ID, have_compose
+from tests.container.support import ROOT, RUN_ID, have_compose
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from tests.container.conftest import cluster
+from tests.container.support import cluster, rank_text
 
 
 def test_cluster_up_runs_horovodrun_across_two_nodes_and_down_cleans_up(
@@ -28,7 +28,7 @@ def test_cluster_up_runs_horovodrun_across_two_nodes_and_down_cleans_up(
         "/workspace/allreduce.py",
         timeout=300,
     )
-    out = run.stdout + run.stderr
+    out = rank_text(run.stdout, run.stderr)
     assert run.returncode == 0, out
     results = sorted(
         re.findall(r"RESULT (rank=\d+ size=\d+ sum=[\d.]+ weight=-?[\d.]+ host=node\d)", out)

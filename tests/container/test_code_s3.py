@@ -17,7 +17,7 @@ import zipfile
 
 import pytest
 
-from tests.container.conftest import sdk_encode
+from tests.container.support import sdk_encode
 from tests.helpers import wait_until
 
 MOTO = "moto[server]==5.2.5"  # the version requirements-dev.txt pins

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.container.conftest import api_status, host_port, logs
+from tests.container.support import api_status, host_port, logs
 from tests.helpers import wait_until
 
 paramiko = pytest.importorskip("paramiko", reason="paramiko is not installed (make test does)")

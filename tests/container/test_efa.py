@@ -15,7 +15,7 @@ import re
 import pytest
 
 from hostkit import dockerfile
-from tests.container.conftest import image_output
+from tests.container.support import image_output
 
 pytestmark = pytest.mark.gpu_flavor
 

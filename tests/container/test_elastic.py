@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.container.conftest import CLUSTER, ROOT, cluster
+from tests.container.support import CLUSTER, ROOT, cluster, rank_text
 from tests.helpers import elastic_coverage as coverage
 from tests.helpers import wait_until
 
@@ -34,7 +34,8 @@ class Job:
         )
 
     def text(self) -> str:
-        return self.log.read_text(errors="replace")
+        """The output so far, each rank's lines whole (rank_text)."""
+        return rank_text(self.log.read_text(errors="replace"))
 
     def wait_for(self, pattern: str, timeout: float, start: int = 0) -> int:
         """Wait until pattern shows in the output past offset start: the offset after it."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 
 from hostkit.docker import Docker, build_client
-from tests.container.conftest import ROOT, base_images
+from tests.container.support import ROOT, base_images
 
 
 def test_a_plain_docker_build_with_flavor_cpu_is_the_cpu_image(client, image, tmp_path):

@@ -15,7 +15,7 @@ import textwrap
 import pytest
 
 from hostkit import dockerfile
-from tests.container.conftest import ROOT, base_images
+from tests.container.support import ROOT, base_images
 
 pytestmark = pytest.mark.gpu_flavor
 

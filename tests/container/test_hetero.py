@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 
-from tests.container.conftest import SCRIPTS, logs
+from tests.container.support import SCRIPTS, logs, rank_text
 
 HOSTS = ["algo-1", "algo-2", "algo-3"]
 GROUPS = {"data": ["algo-1"], "train": ["algo-2", "algo-3"]}
@@ -18,7 +18,6 @@ TYPES = {"data": "ml.c5.xlarge", "train": "ml.g5.12xlarge"}
 # A program that lingers is ended BYOC_END_GRACE s after the job's end (default 20): 3 here, as
 # nothing of what lingers has anything of its own to report.
 ENV = {"BYOC_END_GRACE": "3"}
-# horovodrun may run a rank's next tag onto the end of a line ("sum=6[1,2]<stdout>:").
 LINE = re.compile(
     r"HETERO rank=(\d+) size=(\d+) host=(\S+) group=(\S+) type=(\S+) "
     r"env_host=(\S+) env_type=(\S+) master=(\S+) hosts=(\S+) sum=([0-9.]+)"
@@ -55,7 +54,7 @@ def test_the_world_is_the_train_group_and_the_data_host_runs_alone(job, tmp_path
     # The data host lingers as a data server would: the world's end ends it, and it succeeds.
     started = start_all(job, tmp_path, launcher, **{"linger-outsider": "600"})
     results = job.wait_all(timeout=300)
-    out = "\n".join(logs(c) for c, _ in started.values())
+    out = rank_text(*(logs(c) for c, _ in started.values()))
     assert all(code == 0 for code, _ in results.values()), (results, out)
     seen = {(int(m[0]), m[2]): m for m in LINE.findall(out)}
     world = {k: m for k, m in seen.items() if m[1] == "4"}

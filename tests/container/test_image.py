@@ -9,7 +9,7 @@ import time
 import pytest
 
 from hostkit import dockerfile
-from tests.container.conftest import ROOT
+from tests.container.support import ROOT, rank_text
 from tests.helpers import wait_until
 
 
@@ -43,8 +43,9 @@ def test_horovodrun_two_processes_allreduce_and_optimizer_step(
         timeout=300,
     )
     assert code == 0, out
-    # MPI tags output lines ([1,0]<stdout>:) and may glue a tag to the end of a line.
-    results = sorted(re.findall(r"RESULT (rank=\d+ size=\d+ sum=[\d.]+ weight=-?[\d.]+)", out))
+    results = sorted(
+        re.findall(r"RESULT (rank=\d+ size=\d+ sum=[\d.]+ weight=-?[\d.]+)", rank_text(out))
+    )
     assert results == [
         "rank=0 size=2 sum=3.0 weight=-1.5",
         "rank=1 size=2 sum=3.0 weight=-1.5",

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from tests.container.conftest import ROOT, RUN_ID
+from tests.container.support import ROOT, RUN_ID, rank_text
 from tests.helpers import elastic_coverage
 
 ENGINES = ("mpijob", "trainer", "volcano")
@@ -119,7 +119,7 @@ def test_elastic_mpijob_takes_a_worker_added_and_survives_one_killed(sim):
         "--kill-worker", "1", "--kill-when", r"ELASTIC training size=3 .*rank=0",
         overlay="mpijob-elastic-cpu", timeout=600,
     )  # fmt: skip
-    out = result["launcher_output"]
+    out = rank_text(result["launcher_output"])
     assert code == 0 == result["exit_code"], out[-6000:]
     assert result["workers"][-1] == "pytorch-horovod-worker-2"
     # The added worker trained: a rank ran there, in a world of 3.

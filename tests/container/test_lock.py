@@ -15,7 +15,7 @@ import subprocess
 import pytest
 
 from hostkit.docker import Docker
-from tests.container.conftest import ROOT, RUN_ID
+from tests.container.support import ROOT, RUN_ID
 
 CONTEXT = ["Dockerfile", ".dockerignore", "docker", "entrypoint", "hostkit"]
 SCRIPTS = ["build.sh", "docker.sh", "lib.sh", "local-base.sh"]

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.container.conftest import ROOT, RUN_ID, api_status, docker, have_compose, run_command
+from tests.container.support import ROOT, RUN_ID, api_status, docker, have_compose, run_command
 from tests.helpers import free_port, wait_until
 
 pytestmark = pytest.mark.slow

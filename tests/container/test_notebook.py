@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.container.conftest import Containers, host_port, logs
+from tests.container.support import Containers, host_port, logs
 from tests.helpers import wait_until
 
 NOTEBOOK = "getting-started.ipynb"

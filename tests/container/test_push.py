@@ -19,7 +19,7 @@ import pytest
 
 from hostkit.aws import common, push
 from tests.aws_fake import no_credentials
-from tests.container.conftest import RUN_ID
+from tests.container.support import RUN_ID
 from tests.helpers import free_port, wait_until
 
 REGISTRY_BIN = shutil.which("docker-registry") or "/usr/bin/docker-registry"

@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from tests.container.conftest import SCRIPTS, Containers
+from tests.container.support import SCRIPTS, Containers
 
 CASES = [
     "compile",

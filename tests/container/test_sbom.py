@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from hostkit import dockerfile
-from tests.container.conftest import ROOT, image_output
+from tests.container.support import ROOT, image_output
 
 PATH = "/opt/byoc/sbom.cdx.json"
 # hostkit/sbom.py (make sbom): how it tells dpkg, python and source components apart.

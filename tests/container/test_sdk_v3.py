@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 
 from tests import helpers
-from tests.container.conftest import SCRIPTS
+from tests.container import support
+from tests.container.support import SCRIPTS, rank_text
 
 HOSTS = ["algo-1", "algo-2"]
 PER_HOST = 2
@@ -180,7 +181,7 @@ def test_sdk_driver_runs_across_the_hosts(sdk_job, driver, script, hosts):
     results = sdk_job.wait_all(started, timeout=420)
     out = logs(started)
     assert results == dict.fromkeys(hosts, 0), out
-    check_world(world(out), started, ["--epochs", "2"])
+    check_world(world(rank_text(*map(support.logs, started.values()))), started, ["--epochs", "2"])
     assert [p.name for p in sdk_job.model.iterdir()] == ["model.pt"], out  # written once
     assert not (sdk_job.root / "algo-1" / "output" / "failure").exists()
     if driver == "mpi_driver.py":

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.container.conftest import ROOT, RUN_ID, SCRIPTS, run_script
+from tests.container.support import ROOT, RUN_ID, SCRIPTS, rank_text, run_script
 from tests.helpers import wait_until
 
 pytestmark = pytest.mark.slow
@@ -84,7 +84,7 @@ def slurm(image, tmp_path_factory):
 
 
 def worlds(text: str) -> list[dict]:
-    return [json.loads(m) for m in re.findall(r"WORLD (\{.*\})", text)]
+    return [json.loads(m) for m in re.findall(r"WORLD (\{.*\})", rank_text(text))]
 
 
 def spans_both_nodes(text: str, size: int) -> None:

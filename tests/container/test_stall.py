@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from tests.container.conftest import HOSTS, SCRIPTS, logs
+from tests.container.support import HOSTS, SCRIPTS, logs
 
 BOUND = 30  # s: BYOC_STALL_TIMEOUT, set by the test
 ONE_RANK_PER_HOST = {"sagemaker_program": "/opt/ml/code/stall.py"}

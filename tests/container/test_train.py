@@ -15,7 +15,7 @@ import time
 import pytest
 from byoc.data.framing import recordio_frame
 
-from tests.container.conftest import HOSTS, SCRIPTS, logs, sdk_encode
+from tests.container.support import HOSTS, SCRIPTS, logs, rank_text, sdk_encode
 from tests.helpers import wait_until
 from tests.pipe_fake import FakePipe
 
@@ -44,7 +44,7 @@ def test_two_hosts_train_and_exit_together(job, launcher):
     assert results["algo-2"][0] == 0, logs(worker)
     assert abs(results["algo-1"][1] - results["algo-2"][1]) < 10, results
     # horovodrun brings every rank's output to the leader; torchrun leaves it on each host.
-    check_ranks(out + logs(worker))
+    check_ranks(rank_text(out, logs(worker)))
     assert f"launcher {launcher}" in out
     assert "byoc: doctor: " in out  # the local checks, one line, before the launch
     assert (ml1 / "model" / "model.pt").is_file()
@@ -202,7 +202,7 @@ def test_example_trains_from_a_pipe_mode_channel(job, tmp_path):
         for p in pipes:
             p.stop()
     for epoch in range(epochs):
-        counts = re.findall(rf"rank (\d): epoch {epoch} read (\d+) records", out)
+        counts = re.findall(rf"rank (\d): epoch {epoch} read (\d+) records", rank_text(out))
         assert sorted(r for r, _ in counts) == ["0", "1", "2", "3"], out
         # Each host's stream is read once in all, its records dealt over 2 ranks x 2 workers.
         assert sum(int(n) for _, n in counts) == 2 * per_host, counts
@@ -218,9 +218,10 @@ def test_horovod_example_with_torch_compile_on_two_hosts(job):
     results = job.wait_all(timeout=600)
     out = logs(leader)
     assert results["algo-1"][0] == 0 and results["algo-2"][0] == 0, out + logs(worker)
-    check_ranks(out)
-    assert "compiling the model with torch.compile" in out, out
-    assert len(re.findall(r"rank \d: first step done in [\d.]+ s", out)) == 4, out
+    ranks = rank_text(out)
+    check_ranks(ranks)
+    assert "compiling the model with torch.compile" in ranks, out
+    assert len(re.findall(r"rank \d: first step done in [\d.]+ s", ranks)) == 4, out
     assert (ml1 / "model" / "model.pt").is_file() and '"epoch": 1' in out
 
 
@@ -248,7 +249,7 @@ def test_fsdp2_example_on_two_hosts_resumes_from_its_sharded_checkpoint(job):
     leader, ml1 = job.start("algo-1", hps=hps, launcher="torchrun")
     worker, ml2 = job.start("algo-2", hps=hps, launcher="torchrun")
     results = job.wait_all(timeout=400)
-    out = logs(leader) + logs(worker)
+    out = rank_text(logs(leader), logs(worker))
     assert results["algo-1"][0] == 0 and results["algo-2"][0] == 0, out
     check_ranks(out)
     newest = "checkpoints/fsdp/epoch-00001"

@@ -232,6 +232,29 @@ def test_watcher_names_the_rank_that_raised():
     assert "exit code 137" in report.describe_exit(137) and "memory" in report.describe_exit(137)
 
 
+def test_rank_lines_joins_each_ranks_pieces_as_the_watcher_does():
+    """The container tests read rank output through rank_lines: a line mpirun cut by another
+    rank's tag comes back whole, under its own rank, where its newline arrives."""
+    text = "\n".join(
+        [
+            "byoc: launching",
+            "[1,0]<stdout>:sum=6[1,2]<stdout>:REPLAY max_diff=0",
+            "[1,0]<stdout>:",
+            "[3]<stderr>:gloo rank 3",
+            "[rank1]: Traceback (most recent call last):",
+            "[1,1]<stdout>:RESULT [1,1]<stdout>:rank=1[1,1]<stdout>:",
+        ]
+    )
+    assert report.rank_lines(text) == [
+        (0, "byoc: launching"),
+        (2, "REPLAY max_diff=0"),
+        (0, "sum=6"),
+        (3, "gloo rank 3"),
+        (1, "Traceback (most recent call last):"),
+        (1, "RESULT rank=1"),
+    ]
+
+
 def test_code_from_tarball_and_entry_point_kinds(tmp_path):
     src = tmp_path / "src"
     src.mkdir()
