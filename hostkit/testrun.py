@@ -196,11 +196,12 @@ class Runner:
                 os.killpg(child.pid, signal.SIGINT)
         deadline = time.monotonic() + INTERRUPT_GRACE
         for child in children:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 child.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(child.pid, signal.SIGKILL)
+            # What is left of the stage's group (a background child that ignores SIGINT, as
+            # non-interactive shells make them) would hold its output open, and the run with it.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, signal.SIGKILL)
 
 
 def summary(lanes: dict[str, list[Stage]], wall: float) -> tuple[str, bool]:
