@@ -3,7 +3,8 @@ every tool that makes a job: `make local-train` (hostkit.local_train renders it 
 on N containers) and `make launch` (hostkit.aws.launch renders it as a CreateTrainingJob
 request), so the two cannot disagree. A Tool says how a command line spells the job's fields,
 so every refusal (HostError, exit 2) names the flag; what only one rendering cannot do (a path
-docker run -v cannot mount, a channel that is not an S3 prefix) its tool refuses itself.
+docker run -v cannot mount, a channel that is not an S3 prefix) its tool refuses itself. The
+flags both tools spell alike are declared once (add_job_arguments) and read once (job_fields).
 
 The hyperparameters are what the SageMaker Python SDK puts in a job's for the image, checked
 against SageMaker's limits and JSON-encoded as the SDK does (hostkit.aws.limits). Standard
@@ -31,6 +32,8 @@ CHANNEL_OPTIONS = {  # --channel's option -> Channel's field
     "wrap": "wrap",
     "content-type": "content_type",
 }
+# --channel's options that take one of a few values -> those values
+CHANNEL_VALUES = {"mode": INPUT_MODES, "distribution": S3_DISTRIBUTIONS, "wrap": RECORD_WRAPPERS}
 MAX_PROCESSES_PER_HOST = 256  # entrypoint/byoc/constants.py MAX_SLOTS_PER_HOST: the image's most
 CPU_SLOTS_ENV = "BYOC_CPU_SLOTS_PER_HOST"  # entrypoint/byoc/constants.py CPU_SLOTS_ENV
 INSTANCE_TYPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -133,6 +136,7 @@ class Tool:
     platform: dict[str, str] = field(default_factory=dict)  # hyperparameters it adds -> flag
     environment: dict[str, str] = field(default_factory=dict)  # variables it sets -> flag
     warm_pool: str = ""  # the flag that asks for a warm pool (Job.warm_pool)
+    channel_options: bool = True  # --channel NAME=SOURCE[,OPTION=VALUE...]; False: all is SOURCE
 
 
 @dataclass(frozen=True)
@@ -171,8 +175,8 @@ def group_fields(args: argparse.Namespace) -> dict:
     }
 
 
-def add_group_arguments(parser: argparse.ArgumentParser, count_flag: str) -> None:
-    """The heterogeneous-cluster options, spelled alike by both tools."""
+def add_group_arguments(parser: argparse._ActionsContainer, count_flag: str) -> None:
+    """The heterogeneous-cluster options, spelled alike by both tools (add_job_arguments)."""
     parser.add_argument(
         INSTANCE_GROUPS,
         metavar="NAME:COUNT[:TYPE],...",
@@ -216,6 +220,103 @@ def parse_channel(text: str, options: bool = True) -> Channel:
             raise HostError(f"--channel {name}: unknown option {key!r}")
         values[CHANNEL_OPTIONS[key]] = value
     return Channel(name, source, **values)
+
+
+JOB_ARGUMENTS = "the job (these options are spelled alike by make local-train and make launch)"
+
+
+def add_job_arguments(
+    parser: argparse.ArgumentParser,
+    tool: Tool,
+    *,
+    instance_type: str,
+    job_name: str,
+    source_dir: str,
+    channel_source: str,
+    channel: str,
+    source_dir_type: type = str,
+) -> None:
+    """The job's flags that both tools spell alike, declared once (name, metavar, action,
+    default, help), in a group of the help of their own; job_fields reads them. Each tool says,
+    in words, what only it does: instance_type, its --instance-type's default or check;
+    job_name, its --job-name's default; source_dir, where --source-dir's code goes;
+    channel_source, the metavar of a channel's SOURCE (DIR, S3URI), and channel, what that is.
+    source_dir_type: str keeps --source-dir '' as no code (local-train); Path reads it as '.'
+    (launch). The flags the tools spell each their own way (Tool.instance_count,
+    processes_per_host, distribution, warm_pool) stay with the tools."""
+    group = parser.add_argument_group(JOB_ARGUMENTS)
+    group.add_argument(
+        "--instance-type",
+        metavar="TYPE",
+        help=f"the instances' type, e.g. ml.g5.12xlarge ({instance_type}); with "
+        f"{INSTANCE_GROUPS}, the type of the groups that name none",
+    )
+    add_group_arguments(group, tool.instance_count)
+    group.add_argument(
+        "--job-name",
+        metavar="NAME",
+        help=f"the TrainingJobName, SageMaker's rule: {NAME_RULE} (default: {job_name})",
+    )
+    group.add_argument(
+        "--source-dir",
+        type=source_dir_type,
+        metavar="DIR",
+        help=f"your code, {source_dir} (sagemaker_submit_directory); needs --entry-point",
+    )
+    group.add_argument(
+        "--entry-point",
+        metavar="FILE",
+        help="the script that runs, a path in --source-dir relative to it (sagemaker_program)",
+    )
+    group.add_argument(
+        "--hp",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a hyperparameter (repeatable); encoded as the SageMaker SDK does",
+    )
+    group.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an environment variable of the job's containers (repeatable)",
+    )
+    options = ""
+    if tool.channel_options:
+        options = "; opts: " + ", ".join(
+            f"{option}={'|'.join(CHANNEL_VALUES.get(option, ('TYPE',)))}"
+            for option in CHANNEL_OPTIONS
+        )
+    group.add_argument(
+        "--channel",
+        action="append",
+        default=[],
+        metavar=f"NAME={channel_source}" + ("[,opts]" if tool.channel_options else ""),
+        help=f"an input channel (repeatable): {channel}{options}",
+    )
+    group.add_argument(
+        "--custom-mpi-options",
+        metavar="OPTIONS",
+        help="the SDK's custom_mpi_options, passed to horovodrun --mpi-args "
+        f"({tool.distribution} {tool.distributions['mpi']} only); write "
+        "--custom-mpi-options='-x NCCL_DEBUG=INFO' when it starts with -",
+    )
+
+
+def job_fields(args: argparse.Namespace, tool: Tool) -> dict:
+    """The Job's fields from add_job_arguments' flags, read alike for both tools; what a tool
+    decides itself (the name, the instance type and count, the distribution) it gives beside
+    them. --source-dir '' (a str) is no code."""
+    return {
+        **group_fields(args),
+        "source_dir": Path(args.source_dir) if args.source_dir else None,
+        "entry_point": args.entry_point,
+        "hyperparameters": args.hp,
+        "environment": args.env,
+        "channels": [parse_channel(item, tool.channel_options) for item in args.channel],
+        "custom_mpi_options": args.custom_mpi_options,
+    }
 
 
 @dataclass
@@ -415,11 +516,8 @@ class Job:
             raise HostError(f"--input-mode must be one of {', '.join(INPUT_MODES)}")
         limits.channel_names([channel.name for channel in self.channels])
         for channel in self.channels:
-            for what, value, allowed in (
-                ("mode", channel.mode, INPUT_MODES),
-                ("distribution", channel.distribution, S3_DISTRIBUTIONS),
-                ("wrap", channel.wrap, RECORD_WRAPPERS),
-            ):
+            for what, allowed in CHANNEL_VALUES.items():
+                value = getattr(channel, CHANNEL_OPTIONS[what])
                 if value is not None and value not in allowed:
                     raise HostError(
                         f"--channel {channel.name}: {what} must be one of {', '.join(allowed)}"

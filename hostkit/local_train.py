@@ -43,7 +43,8 @@ MAX_CHANNEL_ENTRIES = 1_000_000  # files and directories per channel (symlinks f
 FREE_SPACE_MARGIN = 256 << 20  # bytes left free on --out's disk after the channel copies
 SHM_SIZE = re.compile(r"[0-9]+(?:\.[0-9]+)?[bkmgBKMG]?")
 UNSAFE_IN_MOUNT = re.compile(r"[:,\x00-\x1f\x7f]")  # `docker run -v SRC:DST[:ro]` splits on ':'
-# How the options spell a job (hostkit.job); containers have no GPUs, so --slots counts without mpi.
+# How the options spell a job (hostkit.job); containers have no GPUs, so --slots counts without mpi;
+# a channel is a directory, all of what follows NAME=.
 TOOL = job.Tool(
     instance_count="--hosts",
     processes_per_host="--slots",
@@ -53,10 +54,11 @@ TOOL = job.Tool(
     cpu_slots=True,
     environment={job.WARM_POOL_CACHE_ENV: "--warm-pool-cache"},
     warm_pool="--warm-pool-cache",
+    channel_options=False,
 )
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="local_train.py",
         description=__doc__.splitlines()[0],
@@ -69,7 +71,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help=f"instances, 1-{MAX_HOSTS} (default {DEFAULT_HOSTS}); with --instance-groups, "
         "their hosts in all if given",
     )
-    job.add_group_arguments(p, "--hosts")
     p.add_argument("--image", default="pytorch-horovod:cpu")
     p.add_argument(
         "--launcher",
@@ -87,30 +88,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "sends a count for torch_distributed)",
     )
     p.add_argument(
-        "--hp",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a hyperparameter (repeatable); encoded as the SageMaker SDK does",
-    )
-    p.add_argument("--source-dir", help="your code, mounted at /opt/ml/code (local mode style)")
-    p.add_argument("--entry-point", help="script in --source-dir (sagemaker_program)")
-    p.add_argument(
-        "--channel",
-        action="append",
-        default=[],
-        metavar="NAME=DIR",
-        help="an input channel in File mode, copied to /opt/ml/input/data/NAME",
-    )
-    p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE")
-    p.add_argument(
-        "--custom-mpi-options",
-        metavar="OPTIONS",
-        help="the SDK's custom_mpi_options, passed to horovodrun --mpi-args (--launcher horovod "
-        "only); write --custom-mpi-options='-x NCCL_DEBUG=INFO' when it starts with -",
-    )
-    p.add_argument("--instance-type", help=f"default {DEFAULT_INSTANCE_TYPE}")
-    p.add_argument(
         "--warm-pool-cache",
         metavar="DIR",
         help=f"a directory (absolute; made if missing) mounted in every container at "
@@ -119,13 +96,26 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     p.add_argument("--shm-size", default="1g")
     p.add_argument("--out", default="local/jobs", help="where each job's /opt/ml trees go")
-    p.add_argument("--job-name", default=None, help="SageMaker's TrainingJobName rule")
     p.add_argument(
         "--timeout",
         type=float,
         default=3600,
         help=f"seconds before the job is stopped (at most {limits.MAX_RUNTIME_S}, 28 days)",
     )
+    job.add_job_arguments(
+        p,
+        TOOL,
+        instance_type=f"default {DEFAULT_INSTANCE_TYPE}",
+        job_name="byoc-local-<local time>-<4 hex digits>",
+        source_dir="mounted at /opt/ml/code (local mode style)",
+        channel_source="DIR",
+        channel="a directory, copied to /opt/ml/input/data/NAME on every host (File mode)",
+    )
+    return p
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = parser()
     args = p.parse_args(argv)
     try:
         validate(args)
@@ -151,7 +141,7 @@ def validate(args: argparse.Namespace) -> None:
     if not SHM_SIZE.fullmatch(args.shm_size) or float(args.shm_size.rstrip("bkmgBKMG")) <= 0:
         raise HostError(f"--shm-size {args.shm_size!r}: a size such as 1g, 512m (docker run)")
     launcher = {word: name for name, word in TOOL.distributions.items()}
-    fields = job.group_fields(args)
+    fields = job.job_fields(args, TOOL)
     groups = fields["instance_groups"]
     instance_type = args.instance_type
     if instance_type is None and not (groups and all(g.instance_type for g in groups)):
@@ -165,12 +155,6 @@ def validate(args: argparse.Namespace) -> None:
         warm_pool=args.warm_pool_cache is not None,
         distribution=launcher[args.launcher],
         processes_per_host=args.slots,
-        custom_mpi_options=args.custom_mpi_options,
-        source_dir=Path(args.source_dir) if args.source_dir else None,
-        entry_point=args.entry_point,
-        hyperparameters=args.hp,
-        environment=args.env,
-        channels=[job.parse_channel(item, options=False) for item in args.channel],
     )
     if args.job.source_dir and UNSAFE_IN_MOUNT.search(str(args.job.source_dir)):
         raise HostError(

@@ -228,7 +228,7 @@ def given_job_key(path: Path) -> str:
     return text
 
 
-def parse_args(argv):
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="launch",
         description=__doc__.splitlines()[0],
@@ -237,12 +237,7 @@ def parse_args(argv):
     )
     p.add_argument("--image-uri", required=True)
     p.add_argument("--role", required=True, help="IAM role ARN SageMaker assumes")
-    p.add_argument(
-        "--instance-type",
-        help="e.g. ml.g5.12xlarge; with --instance-groups, the type of those that name none",
-    )
     p.add_argument("--instance-count", type=int, help="1 or more (default 1)")
-    job.add_group_arguments(p, "--instance-count")
     p.add_argument(
         "--distribution",
         choices=job.DISTRIBUTIONS,
@@ -258,12 +253,6 @@ def parse_args(argv):
         "only; default: one per GPU)",
     )
     p.add_argument(
-        "--custom-mpi-options",
-        metavar="OPTIONS",
-        help="the SDK's custom_mpi_options, passed to horovodrun --mpi-args (--distribution mpi "
-        "only); write --custom-mpi-options='-x NCCL_DEBUG=INFO' when it starts with -",
-    )
-    p.add_argument(
         "--volume-size", type=int, default=50, help=f"GB of EBS per instance, 1-{MAX_VOLUME_GB}"
     )
     p.add_argument(
@@ -272,10 +261,7 @@ def parse_args(argv):
         default=24 * 3600,
         help=f"seconds, 1-{limits.MAX_RUNTIME_S} (SageMaker's maximum, 28 days)",
     )
-    p.add_argument("--job-name", help="default: <base-job-name>-<UTC time>")
     p.add_argument("--base-job-name", default="pytorch-horovod")
-    p.add_argument("--hp", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--channel", action="append", default=[], metavar="NAME=S3URI[,opts]")
     p.add_argument(
         "--input-mode", choices=job.INPUT_MODES, default="File", help="channels' default mode"
     )
@@ -302,11 +288,8 @@ def parse_args(argv):
         help="let AWS Systems Manager sessions into the job's containers "
         "(RemoteDebugConfig.EnableRemoteDebug; docs/sagemaker.md says what it needs)",
     )
-    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--subnet", action="append", default=[])
     p.add_argument("--security-group", action="append", default=[])
-    p.add_argument("--source-dir", type=Path, help="local code, packed and uploaded to S3")
-    p.add_argument("--entry-point", help="the script in --source-dir (SAGEMAKER_PROGRAM)")
     p.add_argument("--code-location", help="s3:// prefix for the source tarball")
     keys = p.add_mutually_exclusive_group()
     keys.add_argument(
@@ -332,7 +315,21 @@ def parse_args(argv):
         default=15.0,
         help=f"seconds between status checks, {POLL_S[0]:g}-{POLL_S[1]:g}",
     )
-    return p.parse_args(argv)
+    job.add_job_arguments(
+        p,
+        TOOL,
+        instance_type="checked against botocore's list",
+        job_name="<base-job-name>-<UTC time>",
+        source_dir="packed as sourcedir.tar.gz, uploaded to --code-location or the SDK's bucket",
+        source_dir_type=Path,
+        channel_source="S3URI",
+        channel="an S3 prefix",
+    )
+    return p
+
+
+def parse_args(argv):
+    return parser().parse_args(argv)
 
 
 def check_numbers(args) -> None:
@@ -419,16 +416,10 @@ def validate(args) -> None:
         name=job_name(args),
         instance_type=args.instance_type,
         instance_count=args.instance_count,
-        **job.group_fields(args),
+        **job.job_fields(args, TOOL),
         warm_pool=bool(args.keep_alive_seconds),
         distribution=args.distribution,
         processes_per_host=args.processes_per_host,
-        custom_mpi_options=args.custom_mpi_options,
-        source_dir=args.source_dir,
-        entry_point=args.entry_point,
-        hyperparameters=args.hp,
-        environment=args.env,
-        channels=[job.parse_channel(item) for item in args.channel],
         input_mode=args.input_mode,
     )
     types = training_instance_types()

@@ -10,13 +10,15 @@ these checks.
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import os
 import types
 from pathlib import Path
 
 import pytest
 
-from hostkit import HostError, job
+from hostkit import HostError, job, local_train
 from hostkit.aws import launch
 from hostkit.local_train import TOOL as LOCAL
 
@@ -594,3 +596,90 @@ def test_instance_groups_spelling(text, words):
     assert caught.value.code == 2
     for word in words:
         assert word in str(caught.value)
+
+
+# ============================================================================================
+# the job's flags: declared once (job.add_job_arguments), read alike (job.job_fields), so the
+# two command lines cannot come to spell or mean a job differently
+# ============================================================================================
+PARSERS = {"local": local_train.parser, "launch": launch.parser}
+LAUNCH_REQUIRED = ["--image-uri", "img:1", "--role", "arn:aws:iam::123456789012:role/R"]
+# A shared flag's action is the same in both tools but for words (help, a channel's SOURCE) and
+# --source-dir's type (local-train's str takes '' as no code, launch's Path as '.').
+SAME = ("option_strings", "dest", "nargs", "const", "default", "choices", "required")
+MAY_DIFFER_IN = {"metavar": {"--channel"}, "type": {"--source-dir"}}
+
+
+def job_actions(tool: str) -> dict[str, argparse.Action]:
+    """The tool's actions in the help's group of job options, by flag."""
+    (group,) = [g for g in PARSERS[tool]()._action_groups if g.title == job.JOB_ARGUMENTS]
+    return {action.option_strings[0]: action for action in group._group_actions}
+
+
+def test_the_flags_both_tools_have_are_the_jobs_declared_once():
+    """A flag both command lines take is declared once, by job.add_job_arguments: not twice,
+    once per tool, where the two copies could come to disagree."""
+    flags = {
+        tool: {s for a in make_parser()._actions for s in a.option_strings}
+        for tool, make_parser in PARSERS.items()
+    }
+    shared = (flags["local"] & flags["launch"]) - {"-h", "--help"}
+    local, launch_ = job_actions("local"), job_actions("launch")
+    assert set(local) == set(launch_)
+    assert shared == set(local), (
+        f"{sorted(shared - set(local))}: declared by each tool; declare them in "
+        f"job.add_job_arguments. {sorted(set(local) - shared)}: not taken by both tools"
+    )
+    assert {"--hp", "--env", "--channel", "--source-dir", "--entry-point"} <= shared
+    assert {"--custom-mpi-options", "--job-name", "--instance-type", "--instance-groups"} <= shared
+    for flag in shared:
+        for attribute in (*SAME, *MAY_DIFFER_IN):
+            if flag in MAY_DIFFER_IN.get(attribute, ()):
+                continue
+            mine, theirs = getattr(local[flag], attribute), getattr(launch_[flag], attribute)
+            assert mine == theirs, f"{flag} {attribute}: local {mine!r}, launch {theirs!r}"
+        assert type(local[flag]) is type(launch_[flag]), flag
+        assert local[flag].help and launch_[flag].help, f"{flag}: no help"
+
+
+JOB_FLAGS = [
+    "--instance-type=ml.g5.xlarge",
+    "--instance-groups=data:1:ml.c5.xlarge,train:2",
+    "--distribution-groups=train",
+    "--job-name=flags",
+    "--source-dir={src}",
+    "--entry-point=train.py",
+    "--hp=epochs=3",
+    "--hp=layers=[1,2]",
+    "--env=NCCL_DEBUG=INFO",
+    "--env=A=",
+    "--custom-mpi-options=-x A=1",
+]
+CHANNELS = ["--channel=train=s3://bucket/train/", "--channel=test=s3://bucket/test/"]
+
+
+@pytest.mark.parametrize("argv", [[], [*JOB_FLAGS, *CHANNELS]], ids=["none", "all"])
+def test_the_job_flags_are_read_alike_by_both_parsers(src, argv):
+    """The same job flags, parsed by each tool's parser and read by job.job_fields: the same
+    fields (a channel's SOURCE without options means the same to both)."""
+    argv = [a.replace("{src}", str(src)) for a in argv]
+    read = {}
+    for tool, make_parser in PARSERS.items():
+        args = make_parser().parse_args([*argv, *LAUNCH_REQUIRED] if tool == "launch" else argv)
+        read[tool] = (args.instance_type, args.job_name, job.job_fields(args, TOOLS[tool]))
+    assert read["local"] == read["launch"]
+    if argv:
+        assert read["launch"][2]["channels"][0] == job.Channel("train", "s3://bucket/train/")
+
+
+def test_both_tools_make_the_same_job_of_the_same_job_flags(src):
+    """Each tool's own reading (local_train.parse_args, launch.validate) of the same job flags:
+    the same Job, its tool aside."""
+    argv = [a.replace("{src}", str(src)) for a in JOB_FLAGS]
+    local = local_train.parse_args([*argv, "--out", str(src.parent / "jobs")]).job
+    args = launch.parse_args([*argv, *LAUNCH_REQUIRED])
+    launch.validate(args)
+    names = [f.name for f in dataclasses.fields(job.Job) if f.name != "tool"]
+    assert {n: getattr(local, n) for n in names} == {n: getattr(args.job, n) for n in names}
+    assert local.source_dir == src.resolve() and local.distribution_groups == ["train"]
+    assert local.encoded_hyperparameters("", {})["layers"] == "[1, 2]"
