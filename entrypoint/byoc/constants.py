@@ -39,7 +39,7 @@ HP_DISTRIBUTION_GROUPS = "sagemaker_distribution_instance_groups"
 # smdistributed launchers this image does not have (SDK v2 "smdistributed" and "pytorchddp").
 HP_SMDISTRIBUTED = ("sagemaker_distributed_dataparallel_enabled", "sagemaker_pytorch_ddp_enabled")
 
-# --- our own knobs (documented in docs/sagemaker.md, "Settings") -------------------------------
+# --- our own knobs (documented in docs/contract.md, "Settings") --------------------------------
 CPU_SLOTS_ENV = "BYOC_CPU_SLOTS_PER_HOST"
 DEFAULT_CPU_SLOTS = 1
 MAX_SLOTS_PER_HOST = 256  # processes per host: more is a typo, not an instance

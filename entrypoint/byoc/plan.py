@@ -1,6 +1,6 @@
 """Plan the launch: which launcher, slots per host, this host's command. Pure functions only.
 
-Launchers (docs/sagemaker.md, "Which client, which distribution, what runs"):
+Launchers (docs/contract.md, "Which client, which distribution, what runs"):
   horovod   horovodrun on the first host, over SSH to the others (sagemaker_mpi_enabled, and
             the default when nothing is asked for)
   torchrun  torchrun on every host, rendezvous on the first (sagemaker_torch_distributed_enabled)

@@ -1,6 +1,6 @@
 """Stalls: when a job stops advancing, end it within a bound and say who and where.
 
-What counts as a stall (docs/sagemaker.md, "When a job stalls"):
+What counts as a stall (docs/contract.md, "When a job stalls"):
   horovod   Horovod's own stall inspector: some ranks wait on tensors that others never submit.
             It names the missing ranks on rank 0's output every HOROVOD_STALL_CHECK_TIME_SECONDS
             and ends the job after HOROVOD_STALL_SHUTDOWN_TIME_SECONDS (plan.stall_env sets both

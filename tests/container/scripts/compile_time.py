@@ -5,7 +5,7 @@ timed. Run it twice with the same TORCHINDUCTOR_CACHE_DIR to see the cached time
     python compile_time.py [mlp|resnet18|gpt]
 
 gpt: a GPT-2-small-sized transformer (12 layers, width 768, 162 M parameters, 2 x 128 tokens),
-the evidence for BYOC_STALL_TIMEOUT's default (docs/failures.md).
+the evidence for BYOC_STALL_TIMEOUT's default (docs/contract.md, "When a job stalls").
 """
 
 import os
