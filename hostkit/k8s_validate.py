@@ -720,7 +720,7 @@ def source_errors(crd_dir: Path = CRD_DIR) -> list[str]:
 # ------------------------------------------------------------------------------------ main
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("overlays", nargs="*", type=Path, help="default: every overlay")
     parser.add_argument(
@@ -728,7 +728,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also render with kustomize/kubectl on PATH and require the same objects",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     kinds = load_crds()
     failed = False
     for problem in source_errors():

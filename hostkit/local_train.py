@@ -56,7 +56,7 @@ TOOL = job.Tool(
 )
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="local_train.py",
         description=__doc__.splitlines()[0],
@@ -126,6 +126,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=3600,
         help=f"seconds before the job is stopped (at most {limits.MAX_RUNTIME_S}, 28 days)",
     )
+    return p
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = build_parser()
     args = p.parse_args(argv)
     try:
         validate(args)

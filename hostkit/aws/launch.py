@@ -228,7 +228,7 @@ def given_job_key(path: Path) -> str:
     return text
 
 
-def parse_args(argv):
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="launch",
         description=__doc__.splitlines()[0],
@@ -332,7 +332,11 @@ def parse_args(argv):
         default=15.0,
         help=f"seconds between status checks, {POLL_S[0]:g}-{POLL_S[1]:g}",
     )
-    return p.parse_args(argv)
+    return p
+
+
+def parse_args(argv):
+    return build_parser().parse_args(argv)
 
 
 def check_numbers(args) -> None:
