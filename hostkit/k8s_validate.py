@@ -291,6 +291,20 @@ def set_images(node: Any, image: dict) -> None:
         set_images(value, image)
 
 
+def container_images(node: Any) -> Iterator[str]:
+    """The images of containers[] and initContainers[] anywhere in node, as set_images sees them."""
+    if isinstance(node, list):
+        for item in node:
+            yield from container_images(item)
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            if key in ("containers", "initContainers") and isinstance(value, list):
+                for container in value:
+                    if isinstance(container, dict) and isinstance(container.get("image"), str):
+                        yield container["image"]
+            yield from container_images(value)
+
+
 def _major(text: str) -> int:
     found = re.search(r"v(\d+)\.\d+", text)
     return int(found.group(1)) if found else 0
