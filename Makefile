@@ -196,7 +196,7 @@ k8s-validate: $(DEV_STAMP) ## Render every deploy/kubernetes overlay and validat
 
 ENGINE ?= mpijob
 K8S_SIM_ARGS ?=
-k8s-sim: $(DEV_STAMP) engine ## Run a deploy/kubernetes overlay as its engine would, on $(IMAGE):cpu: ENGINE=mpijob|trainer|volcano, K8S_SIM_ARGS
+k8s-sim: $(DEV_STAMP) engine ## As root: run a deploy/kubernetes overlay as its engine would, on $(IMAGE):cpu: ENGINE=mpijob|trainer|volcano, K8S_SIM_ARGS
 	@$(DOCKER) image inspect $(IMAGE):cpu >/dev/null 2>&1 || $(MAKE) build FLAVOR=cpu TAG=cpu
 	$(PY) -m hostkit.k8s_sim --engine $(ENGINE) --image $(IMAGE):cpu $(K8S_SIM_ARGS)
 
