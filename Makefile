@@ -68,7 +68,7 @@ DEV_USER_ARGS = $(if $(filter-out root,$(DEV_USER)),-e BYOC_USER=$(DEV_USER) \
 
 .PHONY: local-train help build local-base lint test test-unit test-container test-gpu shell dev engine clean \
 	cluster-up cluster-down cluster-shell slurm-up slurm-down push launch test-deps standin build-gpu-standin \
-	test-gpu-flavor test-quick nccl-test smoke bench k8s-validate k8s-sim test-horovod test-horovod-soak canary lock sbom
+	test-gpu-flavor test-quick nccl-test smoke bench k8s-validate k8s-sim k8s-overlay test-horovod test-horovod-soak canary lock sbom
 
 help: ## Show this help
 	@echo "Usage: make TARGET [FLAVOR=cpu|gpu (default: gpu where an NVIDIA GPU is visible)] [IMAGE=...] [TAG=...] [DOCKER=...]"
@@ -196,9 +196,18 @@ k8s-validate: $(DEV_STAMP) ## Render every deploy/kubernetes overlay and validat
 
 ENGINE ?= mpijob
 K8S_SIM_ARGS ?=
-k8s-sim: $(DEV_STAMP) engine ## Run a deploy/kubernetes overlay as its engine would, on $(IMAGE):cpu: ENGINE=mpijob|trainer|volcano, K8S_SIM_ARGS
+k8s-sim: $(DEV_STAMP) engine ## As root: run a deploy/kubernetes overlay as its engine would, on $(IMAGE):cpu: ENGINE=mpijob|trainer|volcano, K8S_SIM_ARGS
 	@$(DOCKER) image inspect $(IMAGE):cpu >/dev/null 2>&1 || $(MAKE) build FLAVOR=cpu TAG=cpu
 	$(PY) -m hostkit.k8s_sim --engine $(ENGINE) --image $(IMAGE):cpu $(K8S_SIM_ARGS)
+
+# make k8s-overlay: the shipped overlay OVERLAY with your image (IMAGE_URI, as make push prints
+# it) and, given, the checkpoint claim's STORAGE_CLASS, in local/k8s/OVERLAY for kubectl apply -k.
+OVERLAY ?=
+IMAGE_URI ?=
+STORAGE_CLASS ?=
+k8s-overlay: $(DEV_STAMP) ## Your overlay for kubectl apply -k: OVERLAY=mpijob-gpu IMAGE_URI=<make push's image_uri> [STORAGE_CLASS=...] -> local/k8s/OVERLAY
+	$(PY) -m hostkit.k8s_overlay --overlay "$(OVERLAY)" --image-uri "$(IMAGE_URI)" \
+		$(if $(STORAGE_CLASS),--storage-class "$(STORAGE_CLASS)")
 
 nccl-test: engine ## all_reduce_perf on every local GPU in $(IMAGE):$(TAG); passes or fails by its exit status
 	@$(if $(GPU_VISIBLE),:,echo "nccl-test: no NVIDIA GPU here (nvidia-smi lists none)" >&2; exit 1)

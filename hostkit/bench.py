@@ -56,7 +56,7 @@ def pick_image() -> str | None:
     return None
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--nodes", type=int, default=int(os.environ.get("NODES") or 2))
     p.add_argument(
@@ -76,6 +76,11 @@ def main(argv: list[str] | None = None) -> int:
         help="joins and recoveries of elastic Horovod to time (default 3, 1 with --quick; 0: "
         "none); with --parts, only where it names elastic",
     )
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = build_parser()
     args = p.parse_args(argv)
     parts = [x.strip() for x in args.parts.split(",") if x.strip()] if args.parts else None
     elastic = args.elastic_repeats

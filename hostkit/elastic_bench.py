@@ -140,7 +140,7 @@ def measure(env: dict[str, str], work: Path, repeats: int, timeout: float, progr
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--repeats", type=int, default=3, help=f"1 to {MAX_REPEATS}")
     p.add_argument("--out", type=Path, default=None, help="write elastic.json here")
@@ -156,6 +156,11 @@ def main(argv: list[str] | None = None) -> int:
         default=os.environ.get("BYOC_IMAGE") or f"{name}:{os.environ.get('TAG', 'cpu')}",
         help="the image (default: $BYOC_IMAGE, else $IMAGE:$TAG, else pytorch-horovod:cpu)",
     )
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = build_parser()
     args = p.parse_args(argv)
     if not 1 <= args.repeats <= MAX_REPEATS:
         p.error(f"--repeats must be 1 to {MAX_REPEATS}, not {args.repeats}")

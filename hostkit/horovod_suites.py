@@ -723,7 +723,7 @@ def print_verdict(v: Verdict, log: Path) -> None:
         say(f"    log: {log}")
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--image", action="append", required=True, help="an image to test (repeat)")
     p.add_argument("--suite", action="append", choices=SUITE_NAMES, help="default: every suite")
@@ -734,6 +734,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--source", type=Path, default=None, help="tag archive (HOROVOD_SRC_TARBALL)")
     p.add_argument("--require-source", action="store_true", help="no source is a failure")
     p.add_argument("--out", type=Path, default=ROOT / "build" / "horovod-suites")
+    return p
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = build_parser()
     a = p.parse_args(argv)
     if not 1 <= a.repeat <= MAX_REPEAT:
         p.error(f"--repeat must be 1 to {MAX_REPEAT}, not {a.repeat}")

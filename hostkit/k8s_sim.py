@@ -659,7 +659,7 @@ def run(
             sim.cleanup()
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--engine", required=True, choices=ENGINES)
     p.add_argument("--overlay", type=Path, default=None, help="default: overlays/<engine>-cpu")
@@ -691,6 +691,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--label", default=None, help="k8s-sim=LABEL on everything it makes (default: its own)"
     )
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = build_parser()
     args = p.parse_args(argv)
     if not 1 <= args.workers <= MAX_WORKERS:
         p.error(f"--workers must be 1 to {MAX_WORKERS}")

@@ -291,6 +291,20 @@ def set_images(node: Any, image: dict) -> None:
         set_images(value, image)
 
 
+def container_images(node: Any) -> Iterator[str]:
+    """The images of containers[] and initContainers[] anywhere in node, as set_images sees them."""
+    if isinstance(node, list):
+        for item in node:
+            yield from container_images(item)
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            if key in ("containers", "initContainers") and isinstance(value, list):
+                for container in value:
+                    if isinstance(container, dict) and isinstance(container.get("image"), str):
+                        yield container["image"]
+            yield from container_images(value)
+
+
 def _major(text: str) -> int:
     found = re.search(r"v(\d+)\.\d+", text)
     return int(found.group(1)) if found else 0
@@ -720,7 +734,7 @@ def source_errors(crd_dir: Path = CRD_DIR) -> list[str]:
 # ------------------------------------------------------------------------------------ main
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("overlays", nargs="*", type=Path, help="default: every overlay")
     parser.add_argument(
@@ -728,7 +742,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also render with kustomize/kubectl on PATH and require the same objects",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     kinds = load_crds()
     failed = False
     for problem in source_errors():

@@ -58,7 +58,7 @@ TOOL = job.Tool(
 )
 
 
-def parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="local_train.py",
         description=__doc__.splitlines()[0],
@@ -115,7 +115,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = parser()
+    p = build_parser()
     args = p.parse_args(argv)
     try:
         validate(args)

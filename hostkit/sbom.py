@@ -32,11 +32,15 @@ def origin(component: dict) -> str:
     return component["type"]
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--image", required=True, help="a built image, e.g. pytorch-horovod:cpu")
     p.add_argument("--out", type=Path, help="default: build/sbom/<image>_<tag>.cdx.json")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     problem = limits.image_problem(args.image)
     if problem:
         raise HostError(f"--image {args.image!r} {problem}", 1)

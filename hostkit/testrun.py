@@ -216,13 +216,17 @@ def summary(lanes: dict[str, list[Stage]], wall: float) -> tuple[str, bool]:
     return "\n".join(lines), passed
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python3 -m hostkit.testrun", description=__doc__.split("\n")[0]
     )
     p.add_argument("--lanes", default=os.environ.get("TEST_LANES", "2"), help="1 or 2 (TEST_LANES)")
     p.add_argument("--make", default=os.environ.get("MAKE", "make"), help="the make to run ($MAKE)")
-    a = p.parse_args(argv)
+    return p
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    a = build_parser().parse_args(argv)
     if a.lanes not in ("1", "2"):
         raise HostError(f"--lanes (TEST_LANES) must be 1 or 2, not {a.lanes!r}")
     if not a.make.strip():

@@ -228,7 +228,7 @@ def given_job_key(path: Path) -> str:
     return text
 
 
-def parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="launch",
         description=__doc__.splitlines()[0],
@@ -329,7 +329,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def parse_args(argv):
-    return parser().parse_args(argv)
+    return build_parser().parse_args(argv)
 
 
 def check_numbers(args) -> None:

@@ -132,6 +132,16 @@ def image_problem(ref: str) -> str | None:
     return None
 
 
+def image_registry(ref: str) -> str | None:
+    """The registry an image reference names, None where it names none (Docker then pulls from
+    Docker Hub, or a node uses an image it already has): as Docker reads it, the first component
+    is a registry when it has a '.' or a ':' or is localhost, and more components follow."""
+    first, slash, _ = ref.partition("/")
+    if slash and ("." in first or ":" in first or first == "localhost"):
+        return first
+    return None
+
+
 def env_key(name: str) -> str:
     """The toolkit's SM_HP_<KEY> / SM_CHANNEL_<NAME> spelling (entrypoint/byoc/config.py)."""
     return re.sub(r"[^A-Za-z0-9_]", "_", name).upper()

@@ -160,7 +160,7 @@ def push_tag(docker: Docker, repository: str, tag: str) -> str:
     return digest
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="push", description=__doc__.splitlines()[0])
     p.add_argument("--image", default="pytorch-horovod:gpu", help="local image to push")
     p.add_argument("--repository", default="pytorch-horovod", help="ECR repository name")
@@ -171,7 +171,11 @@ def main(argv: list[str] | None = None) -> int:
         "--registry",
         help="push to this registry host instead of the token's endpoint (tests, mirrors)",
     )
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
 
     # Everything checked before Docker or AWS is asked anything.
     check_repository_name(args.repository)

@@ -1,20 +1,38 @@
 """The code in the documentation runs as written, as far as can be told without running it.
 
-- Every ```python block in README.md and docs/*.md compiles, and ruff's pyflakes rules (F) find
-  nothing in it: an undefined name (a class used without its import, a variable no block
-  defines) fails, naming the page and line. The blocks of one page are read in order as one
-  program, as a reader does: a later block may use what an earlier one defined (sagemaker.md's
-  `image_uri` and `role`). Unused imports (F401) are allowed: a snippet may import what its
-  comments offer as the alternative. `...` for elided code is fine where it parses. A block that
-  cannot be valid Python by design says so in its fence, ```python skip-check (keep it rare).
-- In ```sh blocks and in inline code that starts with `make `: every `make TARGET` names a rule
-  of the Makefile; a command run by its path (`scripts/cluster.sh kill node1`) exists in this
-  repository and is executable; every other path into the repository's own folders exists, and
-  `python -m hostkit.<module>` names a module of hostkit.
+The pages: README.md, docs/*.md and every deploy/**/README.md (tests/unit/doctext.py's PAGES).
+
+- Every ```python block compiles, and ruff's pyflakes rules (F) find nothing in it: an undefined
+  name (a class used without its import, a variable no block defines) fails, naming the page and
+  line. The blocks of one page are read in order as one program, as a reader does: a later block
+  may use what an earlier one defined (sagemaker.md's `image_uri` and `role`). Unused imports
+  (F401) are allowed: a snippet may import what its comments offer as the alternative. `...` for
+  elided code is fine where it parses. A block that cannot be valid Python by design says so in
+  its fence, ```python skip-check (keep it rare).
+- The commands of ```sh blocks and of inline code that is a command (make, python, kubectl, a
+  script of ours with arguments; a span broken across lines is one command):
+  - `make TARGET` names a rule of the Makefile; every `VAR=value` given to make is a variable
+    that target reads (its recipe, a variable's value, a sub-make's, or a script or hostkit tool
+    it runs: doctext.make_reads); an option make does not take itself (`make launch --spot`)
+    fails, naming the variable that carries the tool's options (ARGS="--spot");
+  - a hostkit tool's options, given to `python -m hostkit.X` or in the make variable the
+    Makefile passes to it (LOCAL_TRAIN_ARGS, ARGS, K8S_SIM_ARGS, BENCH_ARGS ...), parse with
+    the tool's own build_parser(); a tool that describes a SageMaker job (hostkit.job) also
+    refuses the hyperparameters and variables it sets itself (`--hp sagemaker_program=`);
+  - `kubectl apply -k` of an overlay in this repository, as it is, runs images that name a
+    registry (the shipped overlays do not: `make k8s-overlay` writes one that does);
+  - a command run by its path (`scripts/cluster.sh kill node1`) exists in this repository and
+    is executable; every other path into the repository's own folders exists, and
+    `python -m hostkit.<module>` names a module of hostkit.
+  Placeholders pass: `...` (elided words), `<image_uri printed by push>`, `[--opt X]`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import importlib
+import io
 import json
 import os
 import re
@@ -27,7 +45,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.doctext import PAGES, ROOT, TARGETS, TEXTS, name, without_code
+from hostkit import HostError, job, k8s_validate
+from hostkit.aws import limits
+from hostkit.horovod_suites import SUITE_NAMES
+from tests.unit.doctext import (
+    PAGES,
+    ROOT,
+    TARGETS,
+    TEXTS,
+    make_reads,
+    module_file,
+    name,
+    without_code,
+)
 
 SKIP_CHECK = "skip-check"  # ```python skip-check: a block that is not meant to be valid Python
 FENCE = re.compile(r"^(?P<indent>\s*)(?P<mark>`{3,}|~{3,})\s*(?P<info>.*)$")
@@ -170,48 +200,236 @@ ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 # Top-level folders of this repository a path in the docs may point into (other relative paths,
 # such as slurm/horovod.sbatch or local/my-job, are the user's or the container's).
 REPO_DIRS = ("scripts/", "hostkit/", "deploy/", "docker/", "tests/", "entrypoint/", "docs/")
-INLINE_MAKE = re.compile(r"`(make [^`]+)`")
+# Inline code that is a command to check: make, python (-m hostkit...), kubectl, a script of ours
+# with arguments (`scripts/lib.sh` alone names the file).
+INLINE_COMMAND = re.compile(
+    r"^(?:[A-Za-z_]\w*=\S*\s+)*(?:sudo\s+)?"
+    r"(?:(?:make|python3?|\.venv/bin/python|kubectl)(?:\s|$)|scripts/\S+\s+\S)"
+)
+PLACEHOLDER = re.compile(r"<[^<>]*>")  # <image_uri printed by push>: a value the reader fills in
+
+
+def inline_spans(text: str) -> list[tuple[int, str]]:
+    """(line, code) of every inline code span outside fenced blocks; a span that breaks across
+    the lines of a paragraph is joined with spaces, as Markdown shows it. A table row is a
+    paragraph of its own."""
+    kept = dict(without_code(text))  # fenced lines left out: they end a paragraph
+    paragraphs: list[tuple[int, list[str]]] = []  # (first line, lines)
+    going_on = False
+    for number in range(1, len(text.splitlines()) + 1):
+        line = kept.get(number, "")
+        row = line.lstrip().startswith("|")
+        if line.strip() and (row or not going_on):
+            paragraphs.append((number, []))
+        if line.strip():
+            paragraphs[-1][1].append(line)
+        going_on = bool(line.strip()) and not row
+    found = []
+    for first, lines in paragraphs:
+        joined = "\n".join(lines)
+        for match in re.finditer(r"`([^`]+)`", joined):
+            code = " ".join(match[1].split("\n"))
+            found.append((first + joined.count("\n", 0, match.start()), code))
+    return found
 
 
 def shell_sources() -> list[tuple[Path, int, str]]:
     """(page, line of the text's first line, shell text): every sh block's body, and every
-    inline code span that runs make."""
+    inline code span that is a command."""
     found = [(b.page, b.line + 1, "\n".join(b.lines)) for b in SHELL]
     for page in PAGES:
-        for number, line in without_code(TEXTS[page]):
-            found += [(page, number, m) for m in INLINE_MAKE.findall(line)]
+        found += [
+            (page, n, code) for n, code in inline_spans(TEXTS[page]) if INLINE_COMMAND.match(code)
+        ]
     return found
 
 
+# --- make ----------------------------------------------------------------------------------------
+@functools.cache
+def make_options() -> frozenset[str] | None:
+    """GNU make's long options, as its --help lists them; None without a make to ask."""
+    try:
+        done = subprocess.run(
+            ["make", "--help"], capture_output=True, text=True, timeout=30, check=False
+        )
+    except OSError:
+        return None
+    return frozenset(re.findall(r"(?<![\w-])--[a-z][a-z-]*", done.stdout)) or None
+
+
+def make_takes(option: str) -> bool:
+    """Whether make takes --option (or an abbreviation of one only, as getopt does)."""
+    known = make_options()
+    if known is None:
+        return True  # no make here to ask: nothing to say
+    name = option.split("=", 1)[0]
+    return name in known or len([o for o in known if o.startswith(name)]) == 1
+
+
+def check_make(args: list[str]) -> list[str]:
+    targets, variables, options = [], {}, []
+    for arg in args:
+        bare = arg.strip("[]")  # [VAR=...]: an optional variable, as the docs write it
+        if ASSIGNMENT.match(bare):
+            name, _, value = bare.partition("=")
+            variables[name] = value
+        elif arg.startswith("--"):
+            options.append(arg)
+        elif options and not make_takes(options[-1]):
+            continue  # the value of an option meant for the tool, not a target
+        elif not arg.startswith("-") and arg not in ("...", "…"):  # ...: elided
+            targets.append(arg)
+    problems = [f"make {t}: no such target in the Makefile" for t in targets if t not in TARGETS]
+    reads = make_reads([t for t in targets if t in TARGETS])
+    command = " ".join(["make", *targets])
+    carriers = sorted(v for v in reads.tool_args if v.endswith("ARGS"))
+    for option in options:
+        if make_takes(option):
+            continue
+        where = (
+            f'the tool\'s options go in {carriers[0]}="{option} ..."'
+            if carriers
+            else "make has no such option"
+        )
+        problems.append(f"{command} {option}: make stops at an option it does not know; {where}")
+    for name, value in variables.items():
+        if not (reads.any or name in reads.names):
+            problems.append(
+                f"{command} {name}=...: {command} does not read {name} (not in its recipe, "
+                "nor read by a script or tool it runs)"
+            )
+        elif name in reads.tool_args:
+            words = shlex.split(PLACEHOLDER.sub("PLACEHOLDER", value))
+            found = path_problems(words) + check_tool(reads.tool_args[name], words)
+            problems += [f"{command} {name}: {p}" for p in found]
+    return problems
+
+
+# --- hostkit tools -------------------------------------------------------------------------------
+class Refused(Exception):
+    """What argparse would say and exit 2 on."""
+
+
+def check_tool(module_name: str, argv: list[str]) -> list[str]:
+    """The options as the tool's own parser (its build_parser()) takes them: known options,
+    values of the right type and choice. The options a tool requires are not required here (make
+    gives them, or the docs leave them out: `make launch ARGS="... --env X=1"`). Where the tool
+    describes a SageMaker job (TOOL, hostkit.job), the hyperparameters and variables are checked
+    as its job is (a name the tool sets itself, such as --hp sagemaker_program, is refused)."""
+    words = [w.strip("[]") for w in argv if w not in ("...", "…")]  # [--opt X]: optional
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        return [f"-m {module_name}: cannot be imported: {exc}"]
+    build = getattr(module, "build_parser", None)
+    if build is None:
+        if any(w.startswith("-") for w in words):
+            return [f"-m {module_name}: no build_parser() to check {shlex.join(words)} against"]
+        return []
+    parser = build()
+    for action in parser._actions:
+        action.required = False
+    for group in parser._mutually_exclusive_groups:
+        group.required = False
+
+    def refuse(message: str):
+        raise Refused(message)
+
+    parser.error = refuse
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            parsed = parser.parse_args(words)
+    except Refused as exc:
+        return [f"{module_name} {shlex.join(words)}: {exc}"]
+    except SystemExit:  # --help
+        return []
+    tool = getattr(module, "TOOL", None)
+    if isinstance(tool, job.Tool):
+        try:
+            job.Job(
+                tool,
+                name="doc-snippet",
+                instance_type="ml.m5.xlarge",
+                hyperparameters=getattr(parsed, "hp", []),
+                environment=getattr(parsed, "env", []),
+            )
+        except HostError as exc:
+            return [f"{module_name} {shlex.join(words)}: {exc}"]
+    return []
+
+
+# --- kubectl -------------------------------------------------------------------------------------
+def check_kubectl(args: list[str]) -> list[str]:
+    """`kubectl apply -k DIR` of an overlay in this repository, as it is: every image it runs
+    must name a registry, or a pod starts only on a node that already has it."""
+    if args[:1] not in (["apply"], ["create"]):
+        return []
+    problems = []
+    for i, arg in enumerate(args):
+        if arg in ("-k", "--kustomize") and i + 1 < len(args):
+            path = args[i + 1]
+        elif arg.startswith(("-k=", "--kustomize=")):
+            path = arg.split("=", 1)[1]
+        else:
+            continue
+        directory = ROOT / path.rstrip("/")
+        if not path.startswith(REPO_DIRS) or not directory.is_dir():
+            continue  # the user's own overlay (local/...), or a path the path rule reports
+        try:
+            images = set(k8s_validate.container_images(k8s_validate.render(directory)))
+        except k8s_validate.RenderError as exc:
+            problems.append(f"kubectl apply -k {path}: does not render: {exc}")
+            continue
+        bare = sorted(i for i in images if limits.image_registry(i) is None)
+        if bare:
+            overlay = directory.name if directory.parent == k8s_validate.OVERLAYS_DIR else "..."
+            problems.append(
+                f"kubectl apply -k {path}: its image {', '.join(bare)} names no registry, so a "
+                f"pod starts only on a node that has it already: apply what `make k8s-overlay "
+                f"OVERLAY={overlay} IMAGE_URI=...` writes"
+            )
+    return problems
+
+
+# --- every command -------------------------------------------------------------------------------
 def check_command(words: list[str]) -> list[str]:
     problems = []
     while words and ASSIGNMENT.match(words[0]):
+        words = words[1:]
+    if words[:1] == ["sudo"]:
         words = words[1:]
     if not words:
         return problems
     program, args = words[0], words[1:]
     if program == "make":
-        # [VAR=...]: an optional variable, as the docs write it
-        targets = [a for a in args if not re.match(r"^(-|\[?[A-Za-z_][A-Za-z0-9_]*=)", a)]
-        missing = [t for t in targets if t not in TARGETS]
-        problems += [f"make {t}: no such target in the Makefile" for t in missing]
+        problems += check_make(args)
+    elif program == "kubectl":
+        problems += check_kubectl(args)
     elif "/" in program and not program.startswith(("/", "~", "$", ".")):
         path = ROOT / program
         if not path.is_file():
             problems.append(f"{program}: no such file in the repository")
         elif not os.access(path, os.X_OK):
             problems.append(f"{program}: not executable, yet run by its path")
+    problems += path_problems(args)
     for i, arg in enumerate(args):
-        if arg.startswith(REPO_DIRS) and not (ROOT / arg.rstrip("/")).exists():
-            problems.append(f"{arg}: no such path in the repository")
         if arg == "-m" and i + 1 < len(args) and args[i + 1].startswith("hostkit."):
-            module = ROOT / args[i + 1].replace(".", "/")
-            if not (module.with_suffix(".py").is_file() or (module / "__init__.py").is_file()):
+            if module_file(args[i + 1]) is None:
                 problems.append(f"-m {args[i + 1]}: no such module in hostkit/")
+            else:
+                problems += check_tool(args[i + 1], args[i + 2 :])
     return problems
 
 
-def test_shell_commands_name_what_exists():
+def path_problems(words: list[str]) -> list[str]:
+    return [
+        f"{word}: no such path in the repository"
+        for word in words
+        if word.startswith(REPO_DIRS) and not (ROOT / word.rstrip("/")).exists()
+    ]
+
+
+def test_shell_commands_are_true_as_typed():
     problems = []
     checked = 0
     for page, first, text in shell_sources():
@@ -235,9 +453,142 @@ def test_shell_commands_name_what_exists():
         ("python3 -m hostkit.nosuch", ["-m hostkit.nosuch: no such module in hostkit/"]),
         ("python3 -m hostkit.local_train --hosts 2", []),
         ("cp -r deploy/slurm /fsx/slurm && sbatch slurm/ddp.sbatch", []),
-        ("make k8s-sim \\\n  ENGINE=mpijob K8S_SIM_ARGS='--overlay deploy/nosuch'", []),
         ("true\nmake \\\n  nosuch", ["make nosuch: no such target in the Makefile"]),
+        (
+            "make k8s-sim \\\n  ENGINE=mpijob K8S_SIM_ARGS='--overlay deploy/nosuch'",
+            ["make k8s-sim K8S_SIM_ARGS: deploy/nosuch: no such path in the repository"],
+        ),
+        # make variables: the target's recipe, a variable's value, a script or tool it runs
+        (
+            "make dev NOSUCH=1",
+            [
+                "make dev NOSUCH=...: make dev does not read NOSUCH (not in its recipe, nor read "
+                "by a script or tool it runs)"
+            ],
+        ),
+        (
+            "make lint HOSTS=3",
+            [
+                "make lint HOSTS=...: make lint does not read HOSTS (not in its recipe, nor read "
+                "by a script or tool it runs)"
+            ],
+        ),
+        ("make dev DEV_ARGS='-e X=1' TAG=cpu", []),  # TAG: through IMAGE_OR_BUILD's sub-make
+        ("make local-train FLAVOR=cpu HOSTS=2", []),  # FLAVOR: TAG ?= $(FLAVOR)
+        ("make build BUILD_ARGS=--no-cache", []),  # read by scripts/build.sh
+        ("make cluster-up CLUSTER_PROJECT=two NODES=3", []),  # read by scripts/cluster.sh
+        ("make test NOSUCH=1", []),  # make itself goes to hostkit.testrun: any variable may pass
+        (
+            "make NOSUCH=1",  # the default goal, help
+            [
+                "make NOSUCH=...: make does not read NOSUCH (not in its recipe, nor read by a "
+                "script or tool it runs)"
+            ],
+        ),
+        # options given to make itself
+        (
+            "make launch --keep-alive-seconds 600",
+            [
+                "make launch --keep-alive-seconds: make stops at an option it does not know; the "
+                'tool\'s options go in ARGS="--keep-alive-seconds ..."'
+            ],
+        ),
+        (
+            "make bench --quick",
+            [
+                "make bench --quick: make stops at an option it does not know; the tool's options "
+                'go in BENCH_ARGS="--quick ..."'
+            ],
+        ),
+        (
+            "make dev --nosuch",
+            [
+                "make dev --nosuch: make stops at an option it does not know; make has no such "
+                "option"
+            ],
+        ),
+        ("make --no-print-directory -n build --dry-run --jobs=2", []),
+        # a hostkit tool's options, given directly or in the make variable make passes to it
+        (
+            "make local-train LOCAL_TRAIN_ARGS='--hp epochs=2 --nosuch'",
+            [
+                "make local-train LOCAL_TRAIN_ARGS: hostkit.local_train --hp epochs=2 --nosuch: "
+                "unrecognized arguments: --nosuch"
+            ],
+        ),
+        (
+            "make local-train LOCAL_TRAIN_ARGS='--hp sagemaker_program=/opt/x.py'",
+            [
+                "make local-train LOCAL_TRAIN_ARGS: hostkit.local_train --hp "
+                "sagemaker_program=/opt/x.py: --hp sagemaker_program: set by --entry-point; use "
+                "that, not --hp"
+            ],
+        ),
+        (
+            "make local-train LOCAL_TRAIN_ARGS='--source-dir src --entry-point train.py'",
+            [],
+        ),
+        (
+            "make launch ARGS='... --env TRAINING_JOB_NAME=x'",
+            [
+                "make launch ARGS: hostkit.aws.launch --env TRAINING_JOB_NAME=x: --env "
+                "TRAINING_JOB_NAME: set by --job-name; use that, not --env"
+            ],
+        ),
+        ('make launch ARGS="--image-uri <uri from push> --role <arn> --spot --wait"', []),
+        (
+            "make test-horovod HOROVOD_SUITES_ARGS='--suite nosuch'",
+            [
+                "make test-horovod HOROVOD_SUITES_ARGS: hostkit.horovod_suites --suite nosuch: "
+                "argument --suite: invalid choice: 'nosuch' (choose from "
+                + ", ".join(f"'{s}'" for s in SUITE_NAMES)
+                + ")"
+            ],
+        ),
+        (
+            "sudo .venv/bin/python -m hostkit.k8s_sim --engine mpijob --workers two",
+            [
+                "hostkit.k8s_sim --engine mpijob --workers two: argument --workers: invalid int "
+                "value: 'two'"
+            ],
+        ),
+        ("python3 -m hostkit.k8s_sim --engine mpijob [--overlay DIR] ...", []),
+        ("python3 -m hostkit.local_train --help", []),
+        # kubectl apply -k of a shipped overlay as it is
+        (
+            "kubectl apply -k deploy/kubernetes/overlays/mpijob-cpu",
+            [
+                "kubectl apply -k deploy/kubernetes/overlays/mpijob-cpu: its image "
+                "pytorch-horovod:cpu names no registry, so a pod starts only on a node that has it "
+                "already: apply what `make k8s-overlay OVERLAY=mpijob-cpu IMAGE_URI=...` writes"
+            ],
+        ),
+        ("kubectl kustomize deploy/kubernetes/overlays/mpijob-gpu", []),  # looking is fine
+        ("kubectl apply -k local/k8s/mpijob-gpu", []),  # the user's own
     ],
 )
 def test_the_shell_check_itself(text, expected):
+    if any("make stops at an option" in e for e in expected) and make_options() is None:
+        pytest.skip("no make here to list its options")
     assert [p for _, words in commands(text) for p in check_command(words)] == expected
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("run `make build`, then `make dev`", [(1, "make build"), (1, "make dev")]),
+        # a span broken across a paragraph's lines is one command
+        (
+            "one `make launch --keep-alive-seconds\n600` two",
+            [(1, "make launch --keep-alive-seconds 600")],
+        ),
+        ("a stray ` here\n\nthen `make dev`", [(3, "make dev")]),  # not paired across paragraphs
+        (
+            "| `make x | y` |\n| `a` | stray ` |\n`make z`",
+            [(1, "make x | y"), (2, "a"), (3, "make z")],
+        ),
+        ("```sh\n`make fenced`\n```\n`make after`", [(4, "make after")]),
+    ],
+)
+def test_inline_spans(text, expected):
+    assert inline_spans(text) == expected

@@ -1,6 +1,6 @@
 """The documentation keeps up with the code: every make target, every Dockerfile build argument and
-every BYOC_* / SM_* variable the code reads is named in README.md or docs/*.md, and every relative
-link in them (and its #anchor) points at something that exists."""
+every BYOC_* / SM_* variable the code reads is named in README.md, docs/*.md or a deploy/ README,
+and every relative link in them (and its #anchor) points at something that exists."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from tests.unit.doctext import (
     without_code,
 )
 
-WHERE = "README.md or docs/*.md"
+WHERE = "README.md, docs/*.md or deploy/**/README.md"
 
 DOCS_TEXT = "\n".join(TEXTS.values())
 

@@ -602,7 +602,7 @@ def test_instance_groups_spelling(text, words):
 # the job's flags: declared once (job.add_job_arguments), read alike (job.job_fields), so the
 # two command lines cannot come to spell or mean a job differently
 # ============================================================================================
-PARSERS = {"local": local_train.parser, "launch": launch.parser}
+PARSERS = {"local": local_train.build_parser, "launch": launch.build_parser}
 LAUNCH_REQUIRED = ["--image-uri", "img:1", "--role", "arn:aws:iam::123456789012:role/R"]
 # A shared flag's action is the same in both tools but for words (help, a channel's SOURCE) and
 # --source-dir's type (local-train's str takes '' as no code, launch's Path as '.').
