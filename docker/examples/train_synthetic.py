@@ -36,6 +36,14 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--shuffle-buffer", "--shuffle_buffer", type=int, default=1024)
     p.add_argument("--data-workers", "--data_workers", type=int, default=0)
     p.add_argument(
+        "--fifo-timeout",
+        "--fifo_timeout",
+        type=seconds,
+        default=600.0,
+        help="Pipe mode: seconds a reader waits for each epoch's FIFO to appear (and its first "
+        "byte, and the host's other readers) before it fails naming the FIFO",
+    )
+    p.add_argument(
         "--write-shards",
         "--write_shards",
         default="",
@@ -43,6 +51,22 @@ def parse_args() -> argparse.Namespace:
     )
     p.add_argument("--records-per-shard", "--records_per_shard", type=int, default=1024)
     return p.parse_args()
+
+
+def seconds(text: str) -> float:
+    """A timeout hyperparameter, within byoc.data's bounds (above 0, at most 7 days; not nan or
+    inf): checked before Horovod starts, so a bad value is one line naming it, not a traceback
+    on every rank."""
+    from byoc.data import limits
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    try:
+        return limits.timeout("value", value)
+    except ValueError as exc:  # "value=nan: a timeout must be ...": the rule, after the name
+        raise argparse.ArgumentTypeError(f"{text!r}: {str(exc).split(': ', 1)[1]}") from None
 
 
 def encode(x: torch.Tensor, y: torch.Tensor) -> bytes:
@@ -91,6 +115,7 @@ def main() -> None:
             transform=decoder(args.features),
             shuffle_buffer=args.shuffle_buffer,
             seed=args.seed,
+            fifo_timeout=args.fifo_timeout,
         )
         loader = DataLoader(channel, batch_size=args.batch_size, num_workers=args.data_workers)
     else:

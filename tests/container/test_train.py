@@ -154,6 +154,9 @@ def test_example_trains_from_a_pipe_mode_channel(job, tmp_path):
             "epochs": epochs,
             "data_workers": 2,
             "shuffle_buffer": 64,
+            # Well under wait_all's 300 s: a FIFO, writer or consumer that never comes fails
+            # with the reader's error naming it, not as a job still running at the deadline.
+            "fifo_timeout": 60,
         }
     )
     pipes = []
@@ -176,7 +179,9 @@ def test_example_trains_from_a_pipe_mode_channel(job, tmp_path):
             streams.append(
                 b"".join(recordio_frame(struct.pack(f"<{features + 1}f", *r)) for r in rows)
             )
-        # Epoch 1's FIFO appears a while after epoch 0 ended, as on the platform.
+        # As on the platform, epoch 1's FIFO appears only after epoch 0 was read to its end,
+        # here 2 s later. The fan-out reader takes all of epoch 0 at its start (it fits the
+        # consumers' queues), so epoch 1's reader waits for the FIFO if epoch 0 trains in < 2 s.
         pipe = FakePipe(root / "input" / "data", "train", streams, [0, 2.0])
         pipe.start()
         pipes.append(pipe)
@@ -188,7 +193,7 @@ def test_example_trains_from_a_pipe_mode_channel(job, tmp_path):
         except AssertionError as exc:
             # Which side stopped: a writer that failed or never saw its reader, or the readers.
             states = [
-                f"{h}: fake pipe wrote epochs {p.finished}, error {p.error!r}, "
+                f"{h}: fake pipe's epochs read to their end {p.finished}, error {p.error!r}, "
                 f"alive {p.is_alive()}, FIFOs {sorted(f.name for f in p.data_dir.iterdir())}"
                 for h, p in zip(HOSTS, pipes, strict=True)
             ]

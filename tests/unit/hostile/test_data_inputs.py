@@ -38,6 +38,7 @@ from byoc.data.pipe import pipe_records
 from tests.pipe_fake import FakePipe
 
 ENTRYPOINT = Path(__file__).resolve().parents[3] / "entrypoint"
+EXAMPLES = ENTRYPOINT.parent / "docker" / "examples"
 
 
 @pytest.fixture(autouse=True)
@@ -290,6 +291,31 @@ def fifo_with_writer(path: Path, data: bytes) -> int:
     return fd
 
 
+BAD_SECONDS = ["nan", "inf", "-inf", "0", "-1", "1e9"]
+
+
+def example_without_torch(tmp_path: Path, args: list[str]) -> subprocess.CompletedProcess:
+    """python ARGS beside the examples, with empty torch and horovod packages: the examples
+    parse their arguments before they use either (the dev venv has neither)."""
+    stubs = tmp_path / "stubs"
+    for package in ("torch", "torch/utils", "torch/utils/data", "horovod", "horovod/torch"):
+        (stubs / package).mkdir(parents=True, exist_ok=True)
+        (stubs / package / "__init__.py").touch()
+    (stubs / "torch/utils/data/__init__.py").write_text(
+        "DataLoader = DistributedSampler = TensorDataset = None\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(stubs), str(ENTRYPOINT)])}
+    return subprocess.run(
+        [sys.executable, *args],
+        check=False,
+        cwd=EXAMPLES,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 class TestHangs:
     @pytest.mark.parametrize("param", ["fifo_timeout", "stall_timeout"])
     @pytest.mark.parametrize(
@@ -310,6 +336,34 @@ class TestHangs:
         monkeypatch.setenv(limits.STALL_TIMEOUT_ENV, value)
         with pytest.raises(ValueError, match=rf"BYOC_PIPE_STALL_TIMEOUT='{value}': .*604800"):
             ChannelDataset("train")
+
+    @pytest.mark.parametrize(
+        ("value", "reason"),
+        [
+            *[(v, "a timeout must be more than 0 and at most 604800 s") for v in BAD_SECONDS],
+            ("abc", "is not a number of seconds"),
+            ("", "is not a number of seconds"),
+        ],
+    )
+    def test_the_examples_fifo_timeout_refuses_what_is_no_timeout(self, tmp_path, value, reason):
+        run = example_without_torch(
+            tmp_path, [str(EXAMPLES / "train_synthetic.py"), f"--fifo_timeout={value}"]
+        )
+        assert run.returncode == 2, run.stderr
+        last = run.stderr.strip().splitlines()[-1]
+        assert last.startswith(
+            f"train_synthetic.py: error: argument --fifo-timeout/--fifo_timeout: {value!r}"
+        ), run.stderr
+        assert reason in last and "Traceback" not in run.stderr
+
+    @pytest.mark.parametrize(("args", "seconds"), [([], 600.0), (["--fifo-timeout", "60"], 60.0)])
+    def test_the_examples_fifo_timeout_is_taken(self, tmp_path, args, seconds):
+        run = example_without_torch(
+            tmp_path,
+            ["-c", "import train_synthetic as t; print(t.parse_args().fifo_timeout)", *args],
+        )
+        assert run.returncode == 0, run.stderr
+        assert float(run.stdout) == seconds
 
     @pytest.mark.parametrize(
         ("cut", "offset", "where"),
