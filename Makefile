@@ -68,7 +68,8 @@ DEV_USER_ARGS = $(if $(filter-out root,$(DEV_USER)),-e BYOC_USER=$(DEV_USER) \
 
 .PHONY: local-train help build local-base lint test test-unit test-container test-gpu shell dev engine clean \
 	cluster-up cluster-down cluster-shell slurm-up slurm-down push launch test-deps standin build-gpu-standin \
-	test-gpu-flavor test-quick nccl-test smoke bench k8s-validate k8s-sim k8s-overlay test-horovod test-horovod-soak canary lock sbom
+	test-gpu-flavor test-quick nccl-test smoke bench k8s-validate k8s-sim k8s-overlay test-horovod test-horovod-soak canary lock sbom \
+	test-container-soak
 
 help: ## Show this help
 	@echo "Usage: make TARGET [FLAVOR=cpu|gpu (default: gpu where an NVIDIA GPU is visible)] [IMAGE=...] [TAG=...] [DOCKER=...]"
@@ -181,6 +182,14 @@ SOAK_RUNS ?= 20
 SOAK_LOAD ?= 2
 test-horovod-soak: $(DEV_STAMP) engine ## Slow: test_torch.py SOAK_RUNS times per image and controller beside SOAK_LOAD busy containers
 	$(SUITES_CMD) --suite torch --repeat $(SOAK_RUNS) --load $(SOAK_LOAD) $(HOROVOD_SUITES_ARGS)
+
+# The container tests that depend on timing (marker timing: a time bound, a race between two
+# detectors, ranks' interleaved output) run many times on a loaded machine (docs/tests.md).
+CONTAINER_SOAK_RUNS ?= 10
+test-container-soak: $(DEV_STAMP) engine test-deps ## Slow: the container tests marked timing (or PYTEST_ARGS) CONTAINER_SOAK_RUNS times beside SOAK_LOAD busy containers, with the counts
+	@$(DOCKER) image inspect $(IMAGE):cpu >/dev/null 2>&1 || $(MAKE) build FLAVOR=cpu TAG=cpu
+	$(PY) -m hostkit.soak --runs $(CONTAINER_SOAK_RUNS) --load $(SOAK_LOAD) --image $(IMAGE):cpu \
+		-- $(or $(PYTEST_ARGS),-m "timing and not gpu_flavor")
 
 canary: $(DEV_STAMP) engine ## The cpu image on TORCH_VERSION (TORCHVISION_VERSION: none unless given): Horovod's suites and the smoke job
 	@TORCH_VERSION=$(TORCH_VERSION) TORCHVISION_VERSION=$(TORCHVISION_VERSION) \

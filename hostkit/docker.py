@@ -19,6 +19,14 @@ from hostkit import HostError
 ROOT = Path(__file__).resolve().parents[1]
 TIMED_OUT = 124  # HostError.code of a command past its timeout, as timeout(1) exits
 STDERR_TAIL = 2000  # characters of a failed command's stderr that its error message carries
+# What a busy container runs (Docker.busy): one core of matrix work, in the image's own torch.
+BUSY = (
+    "import torch\n"
+    "torch.set_num_threads(1)\n"
+    "a = torch.randn(384, 384)\n"
+    "while True:\n"
+    "    a = torch.tanh(a @ a)\n"
+)
 
 
 def command(text: str | None = None) -> list[str]:
@@ -133,6 +141,12 @@ class Docker:
         ids = self("ps", "-aq", "--filter", f"label={label}", check=False).stdout.split()
         if ids:
             self("rm", "-f", "-v", *ids, check=False)
+
+    def busy(self, image: str, count: int, label: str) -> None:
+        """count containers of image that each keep one core busy (a loaded machine for a soak),
+        labelled label ("key=value"): remove_labelled(label) ends them."""
+        for _ in range(count):
+            self("run", "-d", "--label", label, "--entrypoint", "", image, "python", "-c", BUSY)
 
     def follow(self, name: str) -> subprocess.Popen:
         """`docker logs -f name`: the container's output and errors, as text lines on stdout."""

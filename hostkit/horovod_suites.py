@@ -672,34 +672,6 @@ def run_one(
     return verdict
 
 
-# --- load for the soak ---
-LOAD_PROGRAM = (
-    "import torch\n"
-    "torch.set_num_threads(1)\n"
-    "a = torch.randn(384, 384)\n"
-    "while True:\n"
-    "    a = torch.tanh(a @ a)\n"
-)
-
-
-def start_load(docker: Docker, image: str, count: int) -> None:
-    for _ in range(count):
-        docker(
-            "run",
-            "-d",
-            "--label",
-            f"{LABEL}={os.getpid()}",
-            "--entrypoint",
-            "",
-            image,
-            "python",
-            "-c",
-            LOAD_PROGRAM,
-        )
-    if count:
-        say(f"{count} busy container(s) of {image} run beside the suites")
-
-
 # --- the command ---
 def print_verdict(v: Verdict, log: Path) -> None:
     counts = ", ".join(f"{n} {k}" for k, n in sorted(v.counts.items()))
@@ -781,7 +753,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_all(docker, a, suites, refs, tree, run_dir, expected) -> int:
-    start_load(docker, a.image[0], a.load)
+    if a.load:
+        docker.busy(a.image[0], a.load, f"{LABEL}={os.getpid()}")
+        say(f"{a.load} busy container(s) of {a.image[0]} run beside the suites")
     verdicts: list[Verdict] = []
     t0 = time.monotonic()
     for n in range(1, a.repeat + 1):

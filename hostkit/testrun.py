@@ -20,8 +20,11 @@ one after the other (TEST_LANES=1 make test).
 
 Every stage is a make target run as its own make; each output line is prefixed with its stage.
 A stage that fails stops its lane; the other lane goes on, so one run reports every failure; the
-run then fails. At the end: each stage's seconds and result, and the wall time (the breakdown
-docs/tests.md records).
+run then fails. At the end: each stage's seconds, its budget and result, and the wall time. The
+budgets are docs/tests.md's table ("The stages and their budgets"), one for a cold build cache
+and one for a warm one: the run is warm when the images it builds were there when it began
+(--cache). A stage over its budget is marked, and so is the run; that alone fails nothing (a
+loaded machine is slower), but a maintainer sees where the time went.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -36,8 +40,12 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from hostkit import HostError, Teller, run
+from hostkit.docker import Docker
+
+ROOT = Path(__file__).resolve().parents[1]
 
 say = Teller("testrun")
 # The container tests' share (tests/sharing.py reads them): the claims' directory, and which
@@ -45,6 +53,10 @@ say = Teller("testrun")
 SHARE_DIR_ENV = "BYOC_TEST_SHARE"
 SHARE_FROM_ENV = "BYOC_TEST_SHARE_FROM"
 INTERRUPT_GRACE = 60  # seconds a stage has to clean up (pytest's finalizers) after an interrupt
+BUDGETS_PAGE = ROOT / "docs" / "tests.md"
+BUDGETS_HEADING = "## The stages and their budgets"
+WALL = "make test"  # the budget row of the whole run (wall time)
+CACHES = ("cold", "warm")
 
 
 @dataclass
@@ -53,6 +65,7 @@ class Stage:
     args: tuple[str, ...]  # make's arguments
     after: str = ""  # a stage of the other lane that must have passed first
     env: dict[str, str] = field(default_factory=dict)  # added to make's environment
+    makes: str = ""  # the image tag a build stage makes (of $IMAGE): its cache says cold/warm
     lane: str = ""
     seconds: float = 0.0
     result: str = "not run"  # ok | failed (exit N) | not run: why
@@ -68,7 +81,7 @@ def stages(share: str) -> dict[str, list[Stage]]:
 
     return {
         "images": [
-            Stage("build-cpu", ("build", "FLAVOR=cpu", "TAG=cpu")),
+            Stage("build-cpu", ("build", "FLAVOR=cpu", "TAG=cpu"), makes="cpu"),
             Stage("test-container", ("test-container",), env=shared("front")),
             Stage("smoke", ("smoke",)),
         ],
@@ -77,7 +90,9 @@ def stages(share: str) -> dict[str, list[Stage]]:
             Stage("test-unit", ("test-unit",)),
             # After the cpu image: on a cold cache both builds take every core, and the cpu
             # image is what the longer lane waits for.
-            Stage("build-gpu-standin", ("build-gpu-standin",), after="build-cpu"),
+            Stage(
+                "build-gpu-standin", ("build-gpu-standin",), after="build-cpu", makes="gpu-standin"
+            ),
             Stage(
                 "test-gpu-flavor", ("-o", "build-gpu-standin", "-o", "standin", "test-gpu-flavor")
             ),
@@ -204,15 +219,87 @@ class Runner:
                 os.killpg(child.pid, signal.SIGKILL)
 
 
-def summary(lanes: dict[str, list[Stage]], wall: float) -> tuple[str, bool]:
+@dataclass(frozen=True)
+class Budget:
+    cold: int  # seconds, a cold build cache (a fresh machine: the builds compile everything)
+    warm: int  # seconds, the images there when the run began (builds from the cache)
+
+
+_BUDGET_ROW = re.compile(r"^\|\s*`([^`]+)`\s*\|.*\|\s*(\d+)\s*\|\s*(\d+)\s*\|\s*$")
+
+
+def budgets(text: str) -> dict[str, Budget]:
+    """{stage: Budget} from the table under BUDGETS_HEADING: rows `| `stage` | ... | cold | warm |`;
+    WALL's row is the whole run's."""
+    found: dict[str, Budget] = {}
+    section = text.split(BUDGETS_HEADING, 1)[1] if BUDGETS_HEADING in text else ""
+    for line in section.split("\n## ", 1)[0].splitlines():
+        row = _BUDGET_ROW.match(line.strip())
+        if row:
+            found[row[1]] = Budget(int(row[2]), int(row[3]))
+    return found
+
+
+def read_budgets(page: Path = BUDGETS_PAGE) -> dict[str, Budget]:
+    """budgets() of docs/tests.md; none (said) where it cannot be read."""
+    try:
+        return budgets(page.read_text())
+    except OSError as exc:
+        say(f"no stage budgets: cannot read {page}: {exc.strerror}")
+        return {}
+
+
+def cache_state(lanes: dict[str, list[Stage]], docker: Docker | None = None) -> str:
+    """warm when every image the build stages make is in the engine before they run, else
+    cold (also where no engine answers)."""
+    image = os.environ.get("IMAGE") or "pytorch-horovod"
+    tags = [s.makes for lane in lanes.values() for s in lane if s.makes]
+    try:
+        docker = docker or Docker()
+        return "warm" if tags and all(docker.exists(f"{image}:{t}") for t in tags) else "cold"
+    except HostError:
+        return "cold"
+
+
+def summary(
+    lanes: dict[str, list[Stage]],
+    wall: float,
+    limits: dict[str, Budget] | None = None,
+    cache: str = "cold",
+) -> tuple[str, bool]:
+    """The closing table: each stage's seconds, its budget for this cache and result, a stage
+    over its budget marked; then the wall time against the run's budget."""
+    limits = limits or {}
+
+    def budget(name: str) -> int | None:
+        return getattr(limits[name], cache) if name in limits else None
+
     rows = [(s.name, name, s.seconds, s.result) for name, lane in lanes.items() for s in lane]
     width = max(len(r[0]) for r in rows)
-    lines = [f"{'stage':<{width}}  {'lane':<6}  {'seconds':>7}  result"]
+    lines = [f"{'stage':<{width}}  {'lane':<6}  {'seconds':>7}  {'budget':>6}  result"]
+    over = []
     for stage, lane, seconds, result in rows:
-        shown = f"{seconds:7.0f}" if result == "ok" or result.startswith("failed") else f"{'-':>7}"
-        lines.append(f"{stage:<{width}}  {lane:<6}  {shown}  {result}")
+        ran = result == "ok" or result.startswith("failed")
+        shown = f"{seconds:7.0f}" if ran else f"{'-':>7}"
+        limit = budget(stage)
+        mark = ""
+        if ran and limit is not None and seconds > limit:
+            over.append(stage)
+            mark = f", OVER its {cache} budget by {seconds - limit:.0f} s"
+        limit_shown = f"{limit:6d}" if limit is not None else f"{'-':>6}"
+        lines.append(f"{stage:<{width}}  {lane:<6}  {shown}  {limit_shown}  {result}{mark}")
     passed = all(r[3] == "ok" for r in rows)
-    lines.append(f"wall time {wall:.0f} s: {'passed' if passed else 'FAILED'}")
+    total = budget(WALL)
+    said = f"wall time {wall:.0f} s"
+    if total is not None:
+        said += f" of a {total} s budget ({cache} cache)"
+        if wall > total:
+            over.append(WALL)
+            said += f", OVER by {wall - total:.0f} s"
+    said += f": {'passed' if passed else 'FAILED'}"
+    if over:
+        said += f"; over budget: {', '.join(over)} (docs/tests.md, {BUDGETS_HEADING[3:]})"
+    lines.append(said)
     return "\n".join(lines), passed
 
 
@@ -222,6 +309,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--lanes", default=os.environ.get("TEST_LANES", "2"), help="1 or 2 (TEST_LANES)")
     p.add_argument("--make", default=os.environ.get("MAKE", "make"), help="the make to run ($MAKE)")
+    p.add_argument(
+        "--cache",
+        choices=("auto", *CACHES),
+        default="auto",
+        help="which budgets apply: auto (warm when the images the run builds are there)",
+    )
     return p
 
 
@@ -247,6 +340,9 @@ def run_lanes(a: argparse.Namespace, lanes: dict[str, list[Stage]]) -> int:
     if a.lanes == "1":  # one lane, in the order the lanes' dependencies allow
         lanes = {"one": [*lanes["images"], *lanes["checks"]]}
     by_name = {s.name: s for lane in lanes.values() for s in lane}
+    cache = a.cache if a.cache in CACHES else cache_state(lanes)
+    limits = read_budgets()
+    say(f"{cache} build cache: the {cache} budgets apply (docs/tests.md)")
     runner = Runner(a.make, max(len(n) for n in by_name))
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda signum, _frame: runner.interrupt(signum))
@@ -260,7 +356,7 @@ def run_lanes(a: argparse.Namespace, lanes: dict[str, list[Stage]]) -> int:
     for t in threads:
         while t.is_alive():
             t.join(1)  # short joins: the main thread stays free for the signal handlers
-    text, passed = summary(lanes, time.monotonic() - start)
+    text, passed = summary(lanes, time.monotonic() - start, limits, cache)
     for line in text.splitlines():
         say(line)
     if runner.stopping:
