@@ -51,6 +51,14 @@ PUBLIC_KEY = re.compile(
 )
 
 
+def _rank_stack(answer) -> bool:
+    """Whether answer is one rank's stack as byoc.stall.dump_host makes it."""
+    if not isinstance(answer, dict) or type(answer.get("rank")) is not int:
+        return False
+    frames = answer.get("frames")
+    return isinstance(frames, list) and all(isinstance(f, str) for f in frames)
+
+
 class LeaderLost(Exception):
     """The leader did not answer in time; the message says for how long and why."""
 
@@ -174,8 +182,8 @@ class JobState:
         if refused:
             return refused
         ranks = answer.get("ranks")
-        if not isinstance(ranks, list) or not all(isinstance(r, dict) for r in ranks):
-            return 400, "ranks must be a list of objects"
+        if not isinstance(ranks, list) or not all(_rank_stack(r) for r in ranks):
+            return 400, 'ranks must be a list of {"rank": N, "frames": [text, ...]}'
         with self.lock:
             if answer.get("ask") == self.stacks_asked:  # a late answer to an older ask is dropped
                 self.stacks[host] = ranks

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from byoc import constants as C
+from byoc import stall
 from byoc.config import ConfigError, JobConfig
 from byoc.settings import Settings
 
@@ -154,8 +155,12 @@ def stall_env(cfg: JobConfig, launcher: str, bound: float, num_gpus: int) -> dic
     if bound and launcher == "horovod":
         whole = max(1, math.ceil(bound))
         # The inspector reports every `check` s; it ends the job only if shutdown >= check.
-        env[C.HOROVOD_STALL_CHECK_ENV] = str(min(C.HOROVOD_STALL_CHECK, max(1, whole // 2)))
-        env[C.HOROVOD_STALL_SHUTDOWN_ENV] = str(whole)
+        check = min(C.HOROVOD_STALL_CHECK, max(1, whole // 2))
+        env[C.HOROVOD_STALL_CHECK_ENV] = str(check)
+        # Its shutdown comes at least shutdown - 2 * check s after its first report: room for
+        # the leader to collect every rank's stack in between (stall.Watch), on a loaded host.
+        shutdown = max(whole, 2 * check + math.ceil(stall.COLLECT_ROOM))
+        env[C.HOROVOD_STALL_SHUTDOWN_ENV] = str(shutdown)
     if launcher == "torchrun" and num_gpus:
         # NCCL's watchdog writes its flight recorder where SageMaker uploads it.
         env["TORCH_NCCL_DUMP_ON_TIMEOUT"] = "1"

@@ -23,6 +23,7 @@ byoc.launch.<launcher>; the wire is byoc.coordinator's.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 
 from byoc import constants as C
@@ -32,7 +33,6 @@ from byoc.errors import JobError
 from byoc.settings import Settings
 
 DONE_SEEN_WAIT = 15.0  # s the leader waits for the other hosts to collect the result
-STACKS_WAIT = 15.0  # s the leader waits for the other hosts' stacks (each dumps within ~4 s)
 
 
 def failure_guard(state: coordinator.JobState, grace: float) -> Callable:
@@ -87,14 +87,20 @@ class Leading:
         a failure."""
         return failure_guard(self.state, self.settings.end_grace)
 
-    def gather_stacks(self, mine: list[dict]) -> dict[str, list[dict]]:
-        """Every world host's ranks' stacks ({host: answer}): this host's are mine; the others'
-        come through the coordinator (bounded; a host that does not answer is left out)."""
+    def gather_stacks(self, dump_mine: Callable[[], list[dict]]) -> dict[str, list[dict]]:
+        """Every world host's ranks' stacks ({host: answer}): this host's from dump_mine(), the
+        others', dumped meanwhile, through the coordinator (stall.GATHER_WAIT from the ask, the
+        bound of their dump and answer; a host that does not answer is left out)."""
         self.state.ask_stacks()
+        asked = time.monotonic()
+        mine = dump_mine()
         others = [h for h in self.cfg.hosts if h != self.cfg.current_host]
-        late = self.wait_for(self.state.missing_stacks(others), STACKS_WAIT)
+        left = max(0.0, stall.GATHER_WAIT - (time.monotonic() - asked))
+        late = self.wait_for(self.state.missing_stacks(others), left)
         if late:
-            print(f"byoc: no stacks from {sorted(late)}", flush=True)
+            print(
+                f"byoc: no stacks from {sorted(late)} within {stall.GATHER_WAIT:.0f} s", flush=True
+            )
         return {self.cfg.current_host: mine, **self.state.answered_stacks()}
 
     def collect(

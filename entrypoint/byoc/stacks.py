@@ -24,11 +24,19 @@ from pathlib import Path
 from byoc import constants as C
 
 SIGNAL = signal.SIGUSR2
-DUMP_WAIT = 3.0  # s a rank has to start writing its stacks once signalled
-SETTLE = 0.3  # s then given to finish them
+# A signalled rank's dump is complete once its file has grown and then kept its size for SETTLE s
+# with the main thread's stack in it (faulthandler writes the oldest thread, the main one, last),
+# or for QUIET s without it (a program of over 100 threads, whose main one faulthandler leaves
+# out). A loaded host may schedule a rank seconds late, and pause it within its dump: every dump
+# gets up to DUMP_WAIT s in all, and dump() returns as soon as each is complete.
+DUMP_WAIT = 12.0
+SETTLE = 1.0
+QUIET = 3.0
+LOOK = 0.1  # s between looks at the dump files
 # The launchers' variables for the global rank: torchrun's, Horovod's (Gloo), Open MPI's.
 RANK_VARIABLES = ("RANK", "HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
 _HEADER = re.compile(r"^byoc-rank (-?\d+) pid (\d+) main 0x([0-9a-f]+)$")
+_THREAD = re.compile(r"^(?:Current thread|Thread) 0x([0-9a-f]+)", re.M)  # faulthandler's
 
 
 def arm(env: dict[str, str] | None = None) -> None:
@@ -89,18 +97,61 @@ def armed_ranks(folder: Path) -> list[Armed]:
 
 
 def dump(ranks: list[Armed], wait: float = DUMP_WAIT) -> dict[Armed, str]:
-    """Signal every rank at once; each one's stacks as it wrote them ("" if it wrote nothing
-    within wait s: a program that took SIGNAL for itself, or one that ended)."""
-    sizes = {}
+    """Signal every rank at once; each one's stacks as it wrote them, once every dump is complete
+    or wait s have passed ("" for a rank that wrote nothing: a program that took SIGNAL for
+    itself, or one that ended)."""
+    pending: dict[Armed, _Dump] = {}
     for armed in ranks:
-        with contextlib.suppress(OSError):
-            sizes[armed.pid] = armed.path.stat().st_size
+        try:
+            size = armed.path.stat().st_size
             os.kill(armed.pid, SIGNAL)
+        except OSError:  # ended since it was listed: nothing to wait for
+            continue
+        pending[armed] = _Dump(size)
+    starts = {armed: d.start for armed, d in pending.items()}
     deadline = time.monotonic() + wait
-    while time.monotonic() < deadline and not all(_since(a.path, sizes.get(a.pid)) for a in ranks):
-        time.sleep(0.1)
-    time.sleep(SETTLE)  # the handler writes thread by thread
-    return {a: _since(a.path, sizes.get(a.pid)) for a in ranks}
+    while pending and time.monotonic() < deadline:
+        time.sleep(LOOK)
+        for armed in [a for a, d in pending.items() if d.complete(a)]:
+            del pending[armed]
+    return {a: _since(a.path, starts.get(a)) for a in ranks}
+
+
+class _Dump:
+    """One signalled rank's dump as it grows: its file's size before the signal, and since."""
+
+    def __init__(self, start: int):
+        self.start = self.size = start
+        self.grew = time.monotonic()  # when the file last changed size
+
+    def complete(self, armed: Armed) -> bool:
+        try:
+            size = armed.path.stat().st_size
+        except OSError:
+            return True  # its file is gone (the rank ended): nothing more will come
+        now = time.monotonic()
+        if size != self.size:
+            self.size, self.grew = size, now
+            return False
+        if size == self.start:
+            return not _alive(armed.pid)  # nothing written yet: wait, unless it ended
+        quiet = now - self.grew
+        if quiet >= QUIET or not _alive(armed.pid):
+            return True
+        return quiet >= SETTLE and armed.main in _threads(_since(armed.path, self.start))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in "ZX"
+
+
+def _threads(text: str) -> set[int]:
+    """The thread ids a faulthandler dump has a stack for."""
+    return {int(m.group(1), 16) for m in _THREAD.finditer(text)}
 
 
 def _since(path: Path, size: int | None) -> str:
@@ -122,7 +173,7 @@ def main_thread(text: str, main: int) -> list[str]:
     frames: list[str] = []
     mine = False
     for line in text.splitlines():
-        thread = re.match(r"^(?:Current thread|Thread) 0x([0-9a-f]+)", line)
+        thread = _THREAD.match(line)
         if thread:
             mine = int(thread.group(1), 16) == main
         elif mine and line.startswith(_OURS):

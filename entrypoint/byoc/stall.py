@@ -4,14 +4,16 @@ What counts as a stall (docs/contract.md, "When a job stalls"):
   horovod   Horovod's own stall inspector: some ranks wait on tensors that others never submit.
             It names the missing ranks on rank 0's output every HOROVOD_STALL_CHECK_TIME_SECONDS
             and ends the job after HOROVOD_STALL_SHUTDOWN_TIME_SECONDS (plan.stall_env sets both
-            from BYOC_STALL_TIMEOUT); the leader collects every rank's stack just before that.
+            from BYOC_STALL_TIMEOUT, leaving COLLECT_ROOM); the leader collects every rank's stack
+            at least COLLECT_ROOM s before the earliest that shutdown can come (Watch).
   silent    what no library sees: for BYOC_STALL_TIMEOUT s, no output line and no CPU time on
             the leader's host's ranks (their main threads and the processes they started). A
             rank that waits in a collective uses none; a slow first step (torch.compile, a first
             read of a big dataset) uses plenty. The leader collects the stacks and ends the job.
-Stacks: every armed rank of every host (byoc.stacks), the leader's own at once, the others' through
-the coordinator; each host writes its full dumps to output/data/stacks-<host>.txt (uploaded), the
-failure file carries the summary (summary()).
+Stacks: every armed rank of every host (byoc.stacks), the leader's own and, at the same time, the
+others' through the coordinator; each host writes its full dumps to output/data/stacks-<host>.txt
+(uploaded), the failure file carries the summary (summary()). Bounds, on a loaded host too: each
+host's dumps stacks.DUMP_WAIT; the leader's wait for the others' answers GATHER_WAIT from its ask.
 """
 
 from __future__ import annotations
@@ -32,6 +34,13 @@ POLL = 2.0  # s between looks at the ranks
 CPU_SHARE = 0.05  # of one core: less than this, over a POLL, is no progress
 MAX_FRAMES = 20  # frames of each rank's main thread sent to the leader
 HEAD_LIMIT = 1000  # characters of the summary that fit SageMaker's FailureReason (1024)
+# Another host sees the leader's ask in its next status poll (every 0.25 s), dumps, and posts its
+# answer: the poll and the post, on a loaded host, get ANSWER_SLACK s beside the dump's bound.
+ANSWER_SLACK = 5.0
+GATHER_WAIT = stacks.DUMP_WAIT + ANSWER_SLACK  # s the leader waits for the answers, from its ask
+# s between the leader's start of a collection under Horovod and the inspector's earliest
+# shutdown: the gather, begun up to a POLL after the report it follows, and slack for its end.
+COLLECT_ROOM = GATHER_WAIT + POLL + 3.0
 # A rank whose main thread is in one of these is waiting for the others, not stalled.
 _COLLECTIVE = re.compile(r"/(torch/distributed|horovod)/")
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -44,7 +53,8 @@ def dump_host(folder: Path, out_dir: Path, host: str) -> list[dict]:
     lines = [f"# every rank's Python stack on {host}, {time.strftime('%Y-%m-%dT%H:%M:%S%z')}"]
     answer = []
     for armed, text in texts.items():
-        lines += ["", f"== rank {armed.rank} (pid {armed.pid}) ==", text.rstrip() or "(no stack)"]
+        empty = f"(no stack within {stacks.DUMP_WAIT:.0f} s)"
+        lines += ["", f"== rank {armed.rank} (pid {armed.pid}) ==", text.rstrip() or empty]
         frames = stacks.main_thread(text, armed.main)[:MAX_FRAMES]
         answer.append({"rank": armed.rank, "pid": armed.pid, "frames": frames})
     try:
@@ -59,7 +69,9 @@ def dump_host(folder: Path, out_dir: Path, host: str) -> list[dict]:
 class Found:
     how: str  # "horovod" (its stall inspector) or "silent"
     seconds: float  # how long nothing advanced when it was found
-    missing: dict[int, list[str]]  # horovod: rank -> the tensors the others waited for
+    # rank -> the tensors the others waited for: Horovod's report (silent: its latest, if that
+    # was the last thing the job did)
+    missing: dict[int, list[str]]
     stacks: dict[str, list[dict]]  # host -> its ranks' answers (dump_host)
     at: float = field(default_factory=time.time)
 
@@ -92,6 +104,18 @@ class Watch:
         # Under Horovod's inspector, silence lasts two of its periods longer, so that a stall
         # it sees (a rank that never submits) is reported by it, with the ranks it names.
         self.silent_after = bound + (2 * self.check if self.shutdown else 0)
+        # Its first report comes check to 2*check s into a stall, its shutdown at the first check
+        # after shutdown s: at least `earliest` s after that report. Collect COLLECT_ROOM before.
+        earliest = max(self.check, self.shutdown - 2 * self.check)
+        self.collect_after = max(0.0, earliest - COLLECT_ROOM)  # s after the first report
+        if self.shutdown and earliest < COLLECT_ROOM:  # the user's own Horovod settings
+            print(
+                f"byoc: {C.HOROVOD_STALL_SHUTDOWN_ENV}={self.shutdown} with "
+                f"{C.HOROVOD_STALL_CHECK_ENV}={self.check} may end a stalled job {earliest} s "
+                f"after Horovod reports it, and collecting every rank's stack may take "
+                f"{COLLECT_ROOM:.0f} s: some may be missing",
+                flush=True,
+            )
         self.found: Found | None = None
 
     def __call__(self, proc: subprocess.Popen) -> None:
@@ -108,9 +132,7 @@ class Watch:
                 reported = self.watcher.stall_reported
             if episode and now - reported > gap:
                 episode = 0.0
-            # The first report comes check to 2*check s into a stall, the shutdown at most
-            # check s after shutdown: collect a little before.
-            if episode and self.shutdown and now - episode >= self.shutdown - 2 * self.check - 5:
+            if episode and self.shutdown and now - episode >= self.collect_after:
                 missing = dict(self.watcher.missing)
                 print(
                     f"byoc: Horovod reports ranks {sorted(missing)} stalled: collecting every "
@@ -125,7 +147,11 @@ class Watch:
                     f"({C.STALL_TIMEOUT_ENV}): collecting every rank's stack, then ending the job",
                     flush=True,
                 )
-                self.found = Found("silent", now - latest, {}, self.gather())
+                # Horovod's latest report is this stall's if nothing happened after it (within
+                # two looks: its lines come in pieces, CPU time is seen a POLL late).
+                told = self.watcher.stall_reported
+                missing = dict(self.watcher.missing) if told and latest - told <= 2 * POLL else {}
+                self.found = Found("silent", now - latest, missing, self.gather())
                 procs.end(proc)
                 return
 
@@ -188,48 +214,111 @@ def _waiting(frames: list[str]) -> bool:
     return any(_COLLECTIVE.search(frame) for frame in frames[:8])
 
 
-def summary(found: Found, host_of: Callable[[int], str]) -> str:
-    """The failure file's text: who and where in its first HEAD_LIMIT characters."""
-    ranks = {a["rank"]: (host, a) for host, answer in found.stacks.items() for a in answer}
+def _spans(ranks: list[int]) -> str:
+    """[0, 1, 2, 5] -> "0-2, 5"."""
+    runs: list[list[int]] = []
+    for rank in ranks:
+        if runs and rank == runs[-1][-1] + 1:
+            runs[-1].append(rank)
+        else:
+            runs.append([rank])
+    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 2 else ", ".join(map(str, r)) for r in runs)
 
-    def where(rank: int) -> str:
-        return f"rank {rank} on {ranks[rank][0] if rank in ranks else host_of(rank)}"
 
+def _frames(found: Found) -> dict[int, tuple[str, list[str]]]:
+    """{rank: (host, its main thread's frames)} of every answer shaped like one (the other
+    hosts' come over the wire)."""
+    ranks = {}
+    for host, answer in found.stacks.items():
+        for a in answer if isinstance(answer, list) else []:
+            rank = a.get("rank") if isinstance(a, dict) else None
+            frames = a.get("frames") if isinstance(a, dict) else None
+            if type(rank) is int and isinstance(frames, list):
+                ranks[rank] = (str(host), [str(f) for f in frames[:MAX_FRAMES]])
+    return ranks
+
+
+def summary(found: Found, host_of: Callable[[int], str], world: int = 0) -> str:
+    """The failure file's text: who and where in its first HEAD_LIMIT characters. world: the
+    job's ranks, 0 to world - 1, placed by host_of: those of a host that sent no answer gave no
+    stack (0: the answers' ranks only).
+
+    Each rank is outside any collective, waiting in one, or without a stack (none within the
+    dump's bound). Horovod's report names the stalled ranks; else those outside are the
+    suspects where another rank waits or gave no stack, and those without a stack where the
+    others all wait."""
+    answers = _frames(found)
+    frames = {rank: answer[1] for rank, answer in answers.items()}
+    for rank in range(world):
+        if host_of(rank) not in found.stacks:
+            frames.setdefault(rank, [])
+
+    def host(rank: int) -> str:
+        return answers[rank][0] if rank in answers else host_of(rank)
+
+    def who(ranks: list[int]) -> str:
+        """The ranks by host: "rank 1 on algo-2, ranks 0, 2-7 on algo-1"."""
+        hosts: dict[str, list[int]] = {}
+        for rank in sorted(ranks):
+            hosts.setdefault(host(rank), []).append(rank)
+        return ", ".join(
+            f"rank {rs[0]} on {h}" if len(rs) == 1 else f"ranks {_spans(rs)} on {h}"
+            for h, rs in hosts.items()
+        )
+
+    blank = sorted(r for r, f in frames.items() if not f)
+    waiting = sorted(r for r, f in frames.items() if f and _waiting(f))
+    outside = sorted(r for r, f in frames.items() if f and not _waiting(f))
+    silent = f"no rank printed or used the CPU for {found.seconds:.0f} s ({C.STALL_TIMEOUT_ENV})"
+    no_stack = f"gave no stack within {stacks.DUMP_WAIT:.0f} s"
     if found.missing:
         stalled = sorted(found.missing)
         waited = sorted({t for tensors in found.missing.values() for t in tensors})
-        others = sorted(set(ranks) - set(stalled))
+        others = sorted(set(frames) - set(stalled))
+        by = (
+            f"Horovod's stall inspector, after {found.seconds:.0f} s"
+            if found.how == "horovod"
+            else f"Horovod's stall inspector; then {silent}"
+        )
         head = (
-            f"Training stalled: {', '.join(where(r) for r in stalled)} did not submit "
-            f"{', '.join(waited) or 'a tensor'}, which "
-            f"{', '.join(where(r) for r in others) or 'the other ranks'} waited for "
-            f"(Horovod's stall inspector, after {found.seconds:.0f} s)."
+            f"Training stalled: {who(stalled)} did not submit {', '.join(waited) or 'a tensor'}, "
+            f"which {who(others) or 'the other ranks'} waited for ({by})."
+        )
+    elif outside and (waiting or blank):
+        stalled = outside
+        head = f"Training stalled: {who(outside)} made no progress outside any collective"
+        head += f", while {who(waiting)} waited in one" if waiting else ""
+        head += f"; {who(blank)} {no_stack}" if blank else ""
+        head += f"; {silent}."
+    elif blank and waiting:
+        stalled = blank
+        head = (
+            f"Training stalled: {who(blank)} {no_stack}, while {who(waiting)} waited in a "
+            f"collective; {silent}."
         )
     else:
-        stalled = sorted(r for r, (_, a) in ranks.items() if not _waiting(a["frames"]))
-        waiting = sorted(set(ranks) - set(stalled))
-        silent = (
-            f"no rank printed or used the CPU for {found.seconds:.0f} s ({C.STALL_TIMEOUT_ENV})"
-        )
-        if stalled and waiting:
-            head = (
-                f"Training stalled: {', '.join(where(r) for r in stalled)} made no progress "
-                f"outside any collective, while {', '.join(where(r) for r in waiting)} waited "
-                f"in one; {silent}."
-            )
-        elif waiting:
-            head = f"Training stalled: every rank waits in a collective; {silent}."
-        else:
-            head = f"Training stalled: {silent}."
+        stalled = []
+        head = f"Training stalled: {silent}"
+        if waiting:
+            head = f"Training stalled: every rank waits in a collective; {silent}"
+        elif blank:  # and no one outside: every rank without a stack
+            head += f"; no rank gave a stack within {stacks.DUMP_WAIT:.0f} s"
+        head += "."
+    if len(head) > HEAD_LIMIT // 2:  # hundreds of hosts: the suspects come first, then frames
+        head = head[: HEAD_LIMIT // 2 - 3] + "..."
+    # The stalled ranks' frames; where they have none, the waiting ones' too; with no one
+    # stalled, every rank's.
+    listed = list(stalled) or sorted(frames)
+    if stalled and not any(frames.get(r) for r in stalled):
+        listed += [r for r in sorted(frames) if r not in stalled]
     lines = [head]
-    for rank in stalled or sorted(ranks):
-        frames = ranks[rank][1]["frames"] if rank in ranks else []
-        lines.append(f"{where(rank).capitalize()}, innermost first:")
-        lines += [f"  {frame}" for frame in frames] or ["  (no stack)"]
+    for rank in listed:
+        lines.append(f"Rank {rank} on {host(rank)}, innermost first:")
+        lines += [f"  {frame}" for frame in frames.get(rank, [])] or ["  (no stack)"]
     text = ""
     for line in lines:
         if len(text) + len(line) + 1 > HEAD_LIMIT:
             break
         text += line + "\n"
-    files = ", ".join(f"stacks-{host}.txt" for host in sorted(found.stacks)) or "none"
+    files = ", ".join(f"stacks-{h}.txt" for h in sorted(found.stacks)) or "none"
     return f"{text}\nEvery rank's stack, in {C.OUTPUT_DATA_DIR} of each host: {files}."

@@ -25,25 +25,26 @@ def test_a_stalled_rank_ends_the_job_naming_its_rank_host_and_stack(job, tmp_pat
         (root / "code").mkdir(parents=True)
         shutil.copy(SCRIPTS / "stall.py", root / "code" / "stall.py")
     started = [job.start(h, hps=hps, env=env, launcher=launcher)[0] for h in HOSTS]
-    # Horovod: its inspector's first report at 15-30 s, its shutdown at 30-45 s; torchrun: 30 s
-    # of silence, the stacks, then the worker is ended within BYOC_END_GRACE (3 s) and reports.
+    # Whichever finds the stall first ends the job. Horovod's inspector: its first report at
+    # 15-30 s, its shutdown at 52-67 s (2 x 15 + stall.COLLECT_ROOM, plan.stall_env); our watch
+    # of a silent job: 30 s of silence (60 s under Horovod), at most stall.GATHER_WAIT (17 s)
+    # for the stacks, then the job is ended (under torchrun the worker within BYOC_END_GRACE).
     results = job.wait_all(timeout=240)
     out = "\n".join(logs(c) for c in started)
     assert all(code != 0 for code, _ in results.values()), (results, out)
     assert max(t for _, t in results.values()) < 180, (results, out)
     failure = (roots[0] / "output" / "failure").read_text()
-    head = failure[:1024]
-    assert head.startswith("Training stalled: rank 1 on algo-2 "), failure
-    if launcher == "horovod":
-        assert "did not submit allreduce" in head and "rank 0 on algo-1 waited" in head, failure
-    else:
-        assert "outside any collective, while rank 0 on algo-1 waited in one" in head, failure
+    head = failure[:1024]  # SageMaker's FailureReason: who and where
+    first = head.splitlines()[0]
+    # Rank 1 on algo-2 is the one named stalled, whatever the words of the detector that fired.
+    assert first.startswith("Training stalled: rank 1 on algo-2 "), failure
     assert "Rank 1 on algo-2, innermost first:" in head, failure
-    assert "in never_arrives" in head and "stall.py" in head, failure
-    # Every host's full dumps, where SageMaker uploads them.
-    for host, root in zip(HOSTS, roots, strict=True):
+    frames = head.split("Rank 1 on algo-2, innermost first:", 1)[1]
+    assert "in never_arrives" in frames and "stall.py" in frames, failure
+    # Every host's full dumps, where SageMaker uploads them, each naming its own rank.
+    for host, rank, root in zip(HOSTS, (0, 1), roots, strict=True):
         stacks = (root / "output" / "data" / f"stacks-{host}.txt").read_text()
-        assert "== rank " in stacks and "stall.py" in stacks, stacks
+        assert f"== rank {rank} (pid " in stacks, stacks
     worker = (roots[1] / "output" / "data" / "stacks-algo-2.txt").read_text()
-    assert "never_arrives" in worker, worker
+    assert "never_arrives" in worker and "stall.py" in worker, worker
     assert "Training stalled" in out  # the job's log says it too

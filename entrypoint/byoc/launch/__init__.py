@@ -58,10 +58,12 @@ class Job:
         other hosts' through the coordinator)."""
         me = self.cfg.current_host
 
-        def gather() -> dict[str, list[dict]]:
+        def mine() -> list[dict]:
             folder, out = self.cfg.path(C.STACKS_DIR), self.cfg.path(C.OUTPUT_DATA_DIR)
-            mine = stall.dump_host(folder, out, me)
-            return lead.gather_stacks(mine) if lead else {me: mine}
+            return stall.dump_host(folder, out, me)
+
+        def gather() -> dict[str, list[dict]]:
+            return lead.gather_stacks(mine) if lead else {me: mine()}
 
         self.watch = stall.Watch(self.watcher, self.env, self.settings.stall_timeout, gather)
         return self.watch
@@ -166,7 +168,13 @@ def failure_message(
     found = job.watch.found if job.watch else None
     # A rank that failed before the stall was found is the cause; its peers' echoes are not.
     if found and not (cause and not report.collateral(cause) and cause.at < found.at):
-        text = stall.summary(found, lambda rank: plan.rank_host(rank, job.cfg, job.plan.slots))
+
+        def host_of(rank: int) -> str:
+            return plan.rank_host(rank, job.cfg, job.plan.slots)
+
+        # A launcher numbers the ranks 0 to world - 1 (with "none", each host runs alone).
+        world = job.plan.world_size if job.plan.launcher != "none" else 0
+        text = stall.summary(found, host_of, world)
         return f"{text}\n({report.describe_exit(exit_code)})"
     if cause:
         host = cause.host or plan.rank_host(cause.rank, job.cfg, job.plan.slots)
