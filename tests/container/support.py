@@ -84,8 +84,9 @@ class Containers:
         c.start()
         return c
 
-    def run(self, command, timeout: float = 300, **kw) -> tuple[int, str]:
-        """Run command to completion: (exit code, stdout+stderr)."""
+    def run(self, command, timeout: float = 300, stderr: bool = True, **kw) -> tuple[int, str]:
+        """Run command to completion: (exit code, stdout+stderr; stdout alone without stderr,
+        for output to parse: the engine's log orders the two streams only roughly)."""
         c = self.start(command, **kw)
         try:
             result = c.wait(timeout=timeout)
@@ -93,7 +94,7 @@ class Containers:
             raise AssertionError(
                 f"{command!r} did not exit within {timeout} s:\n{logs(c)}"
             ) from exc
-        return result["StatusCode"], logs(c)
+        return result["StatusCode"], c.logs(stderr=stderr).decode(errors="replace")
 
     def remove_all(self):
         for c in self.started:

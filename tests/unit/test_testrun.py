@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from hostkit import testrun
 from tests.helpers import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -173,3 +174,62 @@ def test_an_interrupt_reaches_every_running_stage_and_ends_the_run(tmp_path):
     lines = log.read_text().splitlines()
     assert "build-cpu interrupted" in lines and "lint interrupted" in lines
     assert "test-container start" not in lines and "test-unit start" not in lines
+
+
+# --- the budgets (docs/tests.md) ------------------------------------------------------------------
+def test_every_stage_and_the_run_have_a_budget_in_the_docs_within_the_projects_aims():
+    limits = testrun.read_budgets()
+    names = {s.name for lane in testrun.stages("/nonexistent").values() for s in lane}
+    assert set(limits) == names | {testrun.WALL}, sorted(set(limits) ^ (names | {testrun.WALL}))
+    for name, budget in limits.items():
+        assert 0 < budget.warm <= budget.cold, (name, budget)
+    # The project's aims: a cold run under 40 minutes on 2 cores, a warm one under 20.
+    assert limits[testrun.WALL].cold <= 40 * 60 and limits[testrun.WALL].warm <= 20 * 60
+
+
+def test_the_closing_table_marks_a_stage_and_a_run_over_budget():
+    lanes = testrun.stages("/nonexistent")
+    for lane in lanes.values():
+        for stage in lane:
+            stage.result, stage.seconds = "ok", 10.0
+    lanes["images"][1].seconds = 500.0  # test-container
+    limits = {
+        "test-container": testrun.Budget(cold=600, warm=400),
+        testrun.WALL: testrun.Budget(cold=900, warm=450),
+    }
+    text, passed = testrun.summary(lanes, 480.0, limits, "warm")
+    assert passed  # a budget marks, it fails nothing
+    line = next(x for x in text.splitlines() if x.startswith("test-container "))
+    assert "400" in line and "OVER its warm budget by 100 s" in line, text
+    assert "OVER" not in next(x for x in text.splitlines() if x.startswith("lint "))
+    assert "wall time 480 s of a 450 s budget (warm cache), OVER by 30 s: passed" in text, text
+    assert "over budget: test-container, make test" in text
+    text, _ = testrun.summary(lanes, 480.0, limits, "cold")
+    assert "OVER" not in text, text  # the cold budgets hold both
+
+
+def test_budgets_are_read_from_their_section_only():
+    page = "\n".join(
+        [
+            "| `lint` | checks | elsewhere | 1 | 1 |",
+            testrun.BUDGETS_HEADING,
+            "| stage | lane | runs | cold (s) | warm (s) |",
+            "|---|---|---|---|---|",
+            "| `lint` | checks | ruff | 30 | 20 |",
+            "| `make test` | - | the whole run | 2400 | 1200 |",
+            "## Next",
+            "| `smoke` | images | later | 5 | 5 |",
+        ]
+    )
+    assert testrun.budgets(page) == {
+        "lint": testrun.Budget(30, 20),
+        "make test": testrun.Budget(2400, 1200),
+    }
+
+
+def test_the_run_says_which_budgets_apply_and_shows_them(tmp_path):
+    code, out, _ = run(tmp_path, "--cache", "warm")
+    assert code == 0, out
+    assert "warm build cache: the warm budgets apply" in out, out
+    assert re.search(r"^testrun: stage +lane +seconds +budget +result$", out, re.M), out
+    assert re.search(r"wall time \d+ s of a \d+ s budget \(warm cache\)", out), out
