@@ -75,11 +75,21 @@ class Suite:
     timeout: int = 600  # seconds for the whole container
     why: str = ""
     sshd: bool = False  # root logs in to localhost / 127.0.0.1 over ssh (tests/conformance/sshd.py)
-    # Only horovodrun's Python (no hvd.init, no Horovod library): the same files in every
-    # flavor's wheel, so run on the first image given alone (CI time).
-    runner_only: bool = False
+    # Why the suite runs on the first image given alone (CI time), where what it exercises is
+    # the same in every flavor's wheel; empty: on every image.
+    one_image: str = ""
     ranks: int = 2
 
+
+# one_image's reasons.
+RUNNER_ONLY = (
+    "horovodrun's Python alone (no hvd.init, no Horovod library): the same files in both wheels"
+)
+DRIVER = (
+    "the elastic driver and horovod.run() (Python, the same files in both wheels) with CPU "
+    "tensors; what differs by flavor, the library's init, shutdown and collectives, the "
+    "parallel suites run on every image"
+)
 
 SUITES: tuple[Suite, ...] = (
     Suite(
@@ -128,6 +138,7 @@ SUITES: tuple[Suite, ...] = (
         "single",
         timeout=1200,
         why="elastic horovodrun end to end: hosts added, removed, failing, blacklisted",
+        one_image=DRIVER,
     ),
     Suite(
         "static_run",
@@ -136,7 +147,7 @@ SUITES: tuple[Suite, ...] = (
         timeout=900,
         sshd=True,
         why="horovodrun on local, mixed and ssh hosts, both controllers, failures",
-        runner_only=True,
+        one_image=RUNNER_ONLY,
     ),
     Suite(
         "interactiverun",
@@ -144,6 +155,7 @@ SUITES: tuple[Suite, ...] = (
         "single",
         timeout=600,
         why="horovod.run() from Python (the notebook way)",
+        one_image=DRIVER,
     ),
     Suite(
         "run",
@@ -151,7 +163,7 @@ SUITES: tuple[Suite, ...] = (
         "single",
         timeout=900,
         why="horovodrun's arguments, config file, host parsing, mpirun/gloo commands",
-        runner_only=True,
+        one_image=RUNNER_ONLY,
     ),
     Suite(
         "elastic_driver",
@@ -159,7 +171,7 @@ SUITES: tuple[Suite, ...] = (
         "single",
         timeout=600,
         why="the elastic driver: discovery, blacklisting, rendezvous, worker failures",
-        runner_only=True,
+        one_image=RUNNER_ONLY,
     ),
     Suite(
         "elastic_run",
@@ -167,6 +179,7 @@ SUITES: tuple[Suite, ...] = (
         "single",
         timeout=600,
         why="horovod.run() elastic with fixed hosts and a discovery script",
+        one_image=DRIVER,
     ),
     Suite(
         "elastic_discovery",
@@ -174,7 +187,7 @@ SUITES: tuple[Suite, ...] = (
         "single",
         timeout=300,
         why="host discovery scripts and slots",
-        runner_only=True,
+        one_image=RUNNER_ONLY,
     ),
     Suite(
         "torch_elastic",
@@ -189,7 +202,7 @@ SUITES: tuple[Suite, ...] = (
         "single",
         timeout=300,
         why="the runner's driver/task services",
-        runner_only=True,
+        one_image=RUNNER_ONLY,
     ),
     Suite(
         "task_service",
@@ -197,7 +210,7 @@ SUITES: tuple[Suite, ...] = (
         "single",
         timeout=300,
         why="task service commands and output",
-        runner_only=True,
+        one_image=RUNNER_ONLY,
     ),
     Suite(
         "util",
@@ -205,7 +218,7 @@ SUITES: tuple[Suite, ...] = (
         "single",
         timeout=300,
         why="runner utilities",
-        runner_only=True,
+        one_image=RUNNER_ONLY,
     ),
 )
 SUITE_NAMES = tuple(s.name for s in SUITES)
@@ -761,7 +774,7 @@ def run_all(docker, a, suites, refs, tree, run_dir, expected) -> int:
     for n in range(1, a.repeat + 1):
         for nth, (image, ref) in enumerate(refs.items()):
             for suite in suites:
-                if suite.runner_only and nth:  # only the first image
+                if suite.one_image and nth:  # the first image alone
                     continue
                 for ctl in suite.controllers:
                     if a.controller and ctl not in a.controller and (ctl or a.repeat > 1):

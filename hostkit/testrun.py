@@ -4,19 +4,20 @@
 
 lane images: build-cpu (the cpu image from this checkout; cached: seconds) -> test-container ->
              smoke
-lane checks: lint -> test-unit -> build-gpu-standin (once build-cpu is done) -> test-gpu-flavor
-             -> test-horovod (on both images) -> test-container-tail
+lane checks: lint -> build-gpu-standin (beside build-cpu) -> test-unit -> test-gpu-flavor ->
+             test-horovod (on both images, once build-cpu is done) -> test-container-tail
 
-test-container and test-container-tail share the container tests' modules (tests/sharing.py):
-the first takes them from the front, the second, once the checks lane has done its own work,
-from the back; each module runs once, in whichever claims it first. With the build cache warm
-the container tests are the longest stage by far, and the checks lane's end was idle time.
+On a cold build cache the two builds run side by side, then the tests; test-container and
+test-container-tail share the container tests' modules (tests/sharing.py): the first takes them
+from the front, the second, once the checks lane has done its own work, from the back; each
+module runs once, in whichever claims it first.
 
 Why two lanes: the container tests spend much of their time waiting (clusters starting, elastic
-timeouts, a stall's bound), leaving about half of two cores idle; the other lane's unit tests,
-build and suites use it. The container tests' timing bounds hold on a loaded machine (they must
-anyway: a user's host is busy), so they hold beside the other lane. --lanes 1 runs the same stages
-one after the other (TEST_LANES=1 make test).
+timeouts, a stall's bound), leaving about half of two cores idle; the other lane's unit tests
+and suites use it. The container tests' timing bounds hold on a loaded machine (they must
+anyway: a user's host is busy, and make test-container-soak proves them beside two busy
+containers), so they hold beside the other lane. --lanes 1 runs the same stages one after the
+other (TEST_LANES=1 make test).
 
 Every stage is a make target run as its own make; each output line is prefixed with its stage.
 A stage that fails stops its lane; the other lane goes on, so one run reports every failure; the
@@ -87,12 +88,13 @@ def stages(share: str) -> dict[str, list[Stage]]:
         ],
         "checks": [
             Stage("lint", ("lint",)),
+            # Beside the cpu image's build, which it shares stages with (BuildKit runs each
+            # once), rather than beside the tests: a build takes every core it is given, and the
+            # tests' waiting ranks burn more the longer they wait (local-base.sh makes the
+            # Debian base once for both).
+            Stage("build-gpu-standin", ("build-gpu-standin",), makes="gpu-standin"),
+            # Mostly waits (a coordinator's bound, a subprocess's timeout): beside the tests.
             Stage("test-unit", ("test-unit",)),
-            # After the cpu image: on a cold cache both builds take every core, and the cpu
-            # image is what the longer lane waits for.
-            Stage(
-                "build-gpu-standin", ("build-gpu-standin",), after="build-cpu", makes="gpu-standin"
-            ),
             Stage(
                 "test-gpu-flavor", ("-o", "build-gpu-standin", "-o", "standin", "test-gpu-flavor")
             ),

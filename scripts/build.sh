@@ -32,7 +32,7 @@ plain_base() {
         say "$base cannot be pulled (no registry?): using the local Debian base $LOCAL_BASE instead"
         if ! dk image inspect "$LOCAL_BASE" >/dev/null 2>&1; then
             say "$LOCAL_BASE does not exist yet: making it (make local-base)"
-            scripts/local-base.sh "$LOCAL_BASE" || fail "could not make $LOCAL_BASE; run 'make local-base' and see its error, or pass BASE_IMAGE=<an OS image you have>"
+            scripts/local-base.sh --if-missing "$LOCAL_BASE" || fail "could not make $LOCAL_BASE; run 'make local-base' and see its error, or pass BASE_IMAGE=<an OS image you have>"
         fi
         base=$LOCAL_BASE
     fi

@@ -1,14 +1,25 @@
 #!/usr/bin/env bash
 # Make an OS base image from the distribution's package mirror, for hosts that cannot pull one
 # from a registry: mmdebstrap (minbase) piped into `docker import`.
-#   local-base.sh IMAGE [SUITE]     e.g. pytorch-horovod-base:bookworm bookworm
+#   local-base.sh [--if-missing] IMAGE [SUITE]     e.g. pytorch-horovod-base:bookworm bookworm
+# --if-missing (the builds' way): keep IMAGE where it exists. Two builds that need it at once
+# (make test builds both flavors side by side) make it once: the second waits for the first.
 set -euo pipefail
-image=${1:?usage: local-base.sh IMAGE [SUITE]}
+if_missing=
+[ "${1:-}" = --if-missing ] && { if_missing=1; shift; }
+image=${1:?usage: local-base.sh [--if-missing] IMAGE [SUITE]}
 suite=${2:-bookworm}
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib.sh
 . scripts/lib.sh
 docker_init docker
+
+lock=${TMPDIR:-/tmp}/pytorch-horovod-local-base.lock
+exec 9>>"$lock"
+flock 9
+if [ -n "$if_missing" ] && dk image inspect "$image" >/dev/null 2>&1; then
+    exit 0
+fi
 
 if ! command -v mmdebstrap >/dev/null 2>&1; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

@@ -132,7 +132,9 @@ class Watch:
                 reported = self.watcher.stall_reported
             if episode and now - reported > gap:
                 episode = 0.0
-            if episode and self.shutdown and now - episode >= self.collect_after:
+                if self.found and self.found.how == "horovod":  # it passed: its stacks are old
+                    self.found = None
+            if episode and self.shutdown and not self.found and now - episode >= self.collect_after:
                 missing = dict(self.watcher.missing)
                 print(
                     f"byoc: Horovod reports ranks {sorted(missing)} stalled: collecting every "
@@ -140,7 +142,20 @@ class Watch:
                     flush=True,
                 )
                 self.found = Found("horovod", now - episode + self.check, missing, self.gather())
-                return  # Horovod's own shutdown ends the job
+            # The stall began at least `check` s before Horovod's first report of it: once it has
+            # lasted the bound, the job is ended with the stacks in hand, not left idle (and
+            # billed) until Horovod's own shutdown, which stays as the backstop.
+            if self.found and self.found.how == "horovod":
+                lasted = time.monotonic() - episode + self.check
+                if self.bound and lasted >= self.bound:
+                    print(
+                        f"byoc: stalled for {lasted:.0f} s ({C.STALL_TIMEOUT_ENV}), every rank's "
+                        "stack collected: ending the job",
+                        flush=True,
+                    )
+                    procs.end(proc)
+                    return
+                continue
             if self.bound and now - latest >= self.silent_after:
                 print(
                     f"byoc: no rank printed or used the CPU for {now - latest:.0f} s "

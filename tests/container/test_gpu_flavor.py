@@ -15,7 +15,7 @@ import textwrap
 import pytest
 
 from hostkit import dockerfile
-from tests.container.support import ROOT, base_images
+from tests.container.support import ROOT, base_images, image_output
 
 pytestmark = pytest.mark.gpu_flavor
 
@@ -165,6 +165,21 @@ def test_the_runtimes_other_wheels_come_from_the_plain_os_base(gpu_image):
     bases = base_images(gpu_image)
     assert set(bases) == {"builder", "runtime", "wheels"}, bases
     assert bases["wheels"] not in (bases["builder"], bases["runtime"]), bases
+
+
+TORCH_RECORD = (
+    "import hashlib, importlib.metadata as m, sys; d = m.distribution('torch'); "
+    "print(sys.version.split()[0], d.version, "
+    "hashlib.sha256(d.read_text('RECORD').encode()).hexdigest())"
+)
+
+
+def test_torch_is_the_very_venv_of_the_cpu_image(image, gpu_image):
+    """Both flavors copy torch's venv from one stage (torch-venv, on the plain OS base): the
+    same Python, torch and files, every file's hash in torch's RECORD; so the day-one PyTorch
+    cases that touch nothing else run on the cpu image alone (test_pytorch_today)."""
+    command = ["python", "-c", TORCH_RECORD]
+    assert image_output(gpu_image, command) == image_output(image, command)
 
 
 LDD_CHECK = r"""

@@ -11,7 +11,7 @@ docker_init build
 LOCAL_BASE=${LOCAL_BASE:-pytorch-horovod-base:bookworm}
 STANDIN=${STANDIN:-pytorch-horovod-standin}
 cuda=$(pin CUDA_VERSION)
-dk image inspect "$LOCAL_BASE" >/dev/null 2>&1 || scripts/local-base.sh "$LOCAL_BASE"
+scripts/local-base.sh --if-missing "$LOCAL_BASE"
 args=(--build-arg "BASE_IMAGE=$LOCAL_BASE" --build-arg "CUDA_VERSION=$cuda"
       --build-arg "CUDA_WHEELS=cuda-toolkit[nvcc,cccl,cudart,crt,nvvm]==$cuda")
 ca=$(scripts/docker.sh ca)

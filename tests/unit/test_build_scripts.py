@@ -269,3 +269,49 @@ def test_what_needs_no_cuda_is_made_on_the_plain_os_base_in_both_flavors():
     copied = runtime_files.index("COPY --from=torch-venv")
     check = runtime_files.index("os-abi.sh --check")
     assert copied < check < runtime_files.index("pip install")
+
+
+# A docker whose store holds an image once `import` made it (a file stands for it), and an
+# mmdebstrap that counts its runs and takes a second: two callers at once overlap.
+BASE_DOCKER = r"""#!/bin/sh
+case "$1 $2" in
+"version --format") echo 27.5.1; exit 0 ;;
+"image inspect") [ -f "$STORE/made" ]; exit $? ;;
+esac
+if [ "$1" = import ]; then cat > /dev/null; echo x >> "$STORE/made"; echo sha256:1; exit 0; fi
+exit 0
+"""
+BASE_MMDEBSTRAP = r"""#!/bin/sh
+echo run >> "$STORE/mmdebstrap"
+sleep 1
+: > "$4"
+"""
+
+
+def test_the_local_base_is_made_once_for_builds_that_need_it_at_once(tmp_path):
+    """make test builds both flavors side by side, each making the local Debian base where it
+    is missing (--if-missing): one makes it, the other waits and keeps it; make local-base (no
+    flag) makes it anew."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script(bin_dir, "docker", BASE_DOCKER)
+    script(bin_dir, "mmdebstrap", BASE_MMDEBSTRAP)
+    store = tmp_path / "store"
+    store.mkdir()
+    env = tool_env(tmp_path, bin_dir, DOCKER="docker", STORE=str(store), TMPDIR=str(tmp_path))
+    cmd = [str(ROOT / "scripts/local-base.sh"), "--if-missing", "base:test"]
+    both = [
+        subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        for _ in range(2)
+    ]
+    outs = [p.communicate(timeout=60)[0].decode() for p in both]
+    assert [p.returncode for p in both] == [0, 0], outs
+    assert (store / "mmdebstrap").read_text().count("run") == 1, outs
+    assert (store / "made").read_text().count("x") == 1
+    again = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, timeout=60, check=False)
+    assert again.returncode == 0 and (store / "mmdebstrap").read_text().count("run") == 1
+    anew = subprocess.run(
+        cmd[:1] + cmd[2:], cwd=ROOT, env=env, capture_output=True, timeout=60, check=False
+    )
+    assert anew.returncode == 0, anew.stderr
+    assert (store / "mmdebstrap").read_text().count("run") == 2

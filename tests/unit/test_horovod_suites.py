@@ -353,3 +353,27 @@ def test_an_entry_that_hangs_its_run_is_not_run_and_never_stale(tmp_path):
     assert hs.stale_entries(expected[1:], [v]) == []  # it never ran, so it cannot be stale
     with pytest.raises(HostError, match="'hangs' must be true or false"):
         hs.load_expected(write(tmp_path / "bad.toml", entry(hangs="yes")))
+
+
+def test_every_image_runs_the_library_suites_and_the_first_one_the_rest(tmp_path, monkeypatch):
+    """What differs between the flavors' wheels is the library (NCCL built in or not): every
+    suite that drives it through hvd.init runs on each image; a suite that exercises only
+    Python shipped alike in both runs on the first image, and says why."""
+    ran = []
+
+    def fake_run_one(docker, image, ref, suite, controller, tree, out, expected, gpus):
+        ran.append((image, suite.name, controller))
+        return hs.Verdict(image, suite.name, controller, 0.0, counts={"passed": 1})
+
+    monkeypatch.setattr(hs, "run_one", fake_run_one)
+    monkeypatch.setattr(hs, "print_verdict", lambda v, log: None)
+    args = hs.parse_args(["--image", "cpu-image", "--image", "gpu-image"])
+    refs = {"cpu-image": "cpu-ref", "gpu-image": "gpu-ref"}
+    assert hs.run_all(None, args, list(hs.SUITES), refs, tmp_path, tmp_path, []) == 0
+    on = {image: {(s, c) for i, s, c in ran if i == image} for image in refs}
+    everywhere = {(s.name, c) for s in hs.SUITES if not s.one_image for c in s.controllers}
+    assert {("torch", "gloo"), ("torch", "mpi")} <= everywhere
+    assert on["gpu-image"] == everywhere
+    assert on["cpu-image"] == {(s.name, c) for s in hs.SUITES for c in s.controllers}
+    for suite in hs.SUITES:
+        assert not (suite.kind == "parallel" and suite.one_image), suite.name

@@ -96,24 +96,25 @@ def test_the_container_tests_are_shared_between_the_lanes_through_one_directory(
 def test_a_failure_stops_its_lane_and_the_other_goes_on(tmp_path):
     code, out, log = run(tmp_path, FAIL="test-unit")
     assert code == 1, out
-    assert "build-gpu-standin start" not in log and "test-horovod start" not in log
+    assert "test-gpu-flavor start" not in log and "test-horovod start" not in log
     assert "smoke end" in log  # the other lane went on
     assert "not run: test-unit failed" in out
     assert "failed (exit 3)" in out and "FAILED" in out
 
 
-def test_the_gpu_build_waits_for_the_cpu_image_and_skips_without_it(tmp_path):
-    # lint and test-unit take no time here: the gpu stand-in's build still waits for build-cpu,
-    # which waits for test-unit to start.
-    code, out, log = run(tmp_path, WAIT_FOR_TARGET="build-cpu", WAIT_FOR="test-unit")
+def test_the_builds_run_side_by_side_and_the_suites_wait_for_the_cpu_image(tmp_path):
+    # build-cpu waits for the gpu stand-in's build to start: only side by side can it; the
+    # checks lane's later stages take no time here, and Horovod's suites still wait for it.
+    code, out, log = run(tmp_path, WAIT_FOR_TARGET="build-cpu", WAIT_FOR="build-gpu-standin")
     assert code == 0, out
-    assert log.index("build-cpu end") < log.index("build-gpu-standin start")
+    assert log.index("build-gpu-standin start") < log.index("build-cpu end")
     assert log.index("build-cpu end") < log.index("test-horovod start")
     code, out, log = run(tmp_path, FAIL="build-cpu")
     assert code == 1
-    for stage in ("build-gpu-standin", "test-gpu-flavor", "test-horovod", "test-container"):
+    for stage in ("test-horovod", "test-container", "test-container-tail"):
         assert f"{stage} start" not in log
-    assert "test-unit end" in log  # what needs no image still ran
+    for stage in ("build-gpu-standin", "test-unit", "test-gpu-flavor"):
+        assert f"{stage} end" in log  # what needs no cpu image still ran
     assert "not run: build-cpu did not pass" in out
 
 
@@ -126,8 +127,8 @@ def test_one_lane_runs_every_stage_in_order(tmp_path):
         "test-container",
         "smoke",
         "lint",
-        "test-unit",
         "build-gpu-standin",
+        "test-unit",
         "test-gpu-flavor",
         "test-horovod",
         "test-container-tail",
