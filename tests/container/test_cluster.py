@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from tests.container.support import cluster, rank_text
+
+# Every test here depends on timing (docs/tests.md, "Tests that depend on timing").
+pytestmark = pytest.mark.timing
 
 
 def test_cluster_up_runs_horovodrun_across_two_nodes_and_down_cleans_up(

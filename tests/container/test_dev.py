@@ -192,6 +192,7 @@ def test_a_non_root_user_for_jupyter_and_ssh(containers, key_pair):
     assert out.decode().strip() == "1234"
 
 
+@pytest.mark.timing  # a time bound
 def test_docker_stop_of_the_dev_container_is_prompt(containers, key_pair):
     _, public = key_pair
     c = start_dev(containers, {"SSH_AUTHORIZED_KEYS": public, "JUPYTER_TOKEN": "t"})

@@ -16,7 +16,7 @@ from tests.container.support import CLUSTER, ROOT, cluster, rank_text
 from tests.helpers import elastic_coverage as coverage
 from tests.helpers import wait_until
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timing]
 
 EXAMPLES = ROOT / "docker" / "examples"
 

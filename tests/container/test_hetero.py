@@ -12,6 +12,9 @@ import pytest
 
 from tests.container.support import SCRIPTS, logs, rank_text
 
+# Every test here depends on timing (docs/tests.md, "Tests that depend on timing").
+pytestmark = pytest.mark.timing
+
 HOSTS = ["algo-1", "algo-2", "algo-3"]
 GROUPS = {"data": ["algo-1"], "train": ["algo-2", "algo-3"]}
 TYPES = {"data": "ml.c5.xlarge", "train": "ml.g5.12xlarge"}

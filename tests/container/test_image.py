@@ -24,6 +24,7 @@ def test_check_build_lists_frameworks_and_controllers(containers, image):
     assert ("NCCL" in checked) == (flavor == "gpu"), out
 
 
+@pytest.mark.timing  # ranks' interleaved output
 @pytest.mark.parametrize("controller", ["--gloo", "--mpi"])
 def test_horovodrun_two_processes_allreduce_and_optimizer_step(
     containers, scripts_volume, controller
@@ -114,6 +115,7 @@ def test_exit_code_is_passed_through(containers):
     assert containers.run(["bash", "-c", "exit 3"], timeout=60)[0] == 3
 
 
+@pytest.mark.timing  # a time bound
 def test_docker_stop_is_prompt_and_forwards_sigterm(containers):
     c = containers.start(
         ["bash", "-c", "trap 'echo got-term; exit 0' TERM; echo ready; sleep 300 & wait"]

@@ -73,6 +73,7 @@ def spans_both_workers(result: dict) -> None:
     assert sorted(result["rank_hosts"].values()) == sorted(result["workers"]), result["rank_hosts"]
 
 
+@pytest.mark.timing  # ranks' interleaved output
 @pytest.mark.parametrize("engine", ENGINES)
 def test_engine_runs_the_example_across_both_workers(sim, engine):
     code, result = sim(engine)
@@ -87,6 +88,7 @@ def test_mpijob_as_uid_1000_on_port_2222(sim):
     spans_both_workers(result)
 
 
+@pytest.mark.timing  # the cause against its peers' echoes
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_failing_rank_fails_the_launcher_with_its_cause(sim, engine):
     code, result = sim(engine, "--extra-arg=--fail-on-rank=1")
@@ -94,6 +96,7 @@ def test_a_failing_rank_fails_the_launcher_with_its_cause(sim, engine):
     assert "deliberate failure on rank 1" in result["launcher_output"]
 
 
+@pytest.mark.timing  # a lost worker found in time
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_killed_worker_ends_the_job(sim, engine):
     # Long enough to be running when the worker goes: 100 epochs, a second's pause each.
@@ -103,6 +106,7 @@ def test_a_killed_worker_ends_the_job(sim, engine):
     assert result["seconds_after_kill"] < KILL_BOUND
 
 
+@pytest.mark.timing  # workers added and killed mid-job
 @pytest.mark.slow
 def test_elastic_mpijob_takes_a_worker_added_and_survives_one_killed(sim):
     """overlays/mpijob-elastic-cpu: horovodrun with byoc-discover-hosts over the operator's

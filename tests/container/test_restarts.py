@@ -12,6 +12,9 @@ import pytest
 
 from tests.container.support import HOSTS, SCRIPTS, logs, rank_text
 
+# Every test here depends on timing (docs/tests.md, "Tests that depend on timing").
+pytestmark = pytest.mark.timing
+
 PROGRAM = {"sagemaker_program": "/opt/ml/code/restart.py"}
 # One restart; one rank per host; a short grace for what is left of a failed attempt.
 ENV = {"BYOC_RESTARTS": "1", "BYOC_CPU_SLOTS_PER_HOST": "1", "BYOC_TERM_GRACE": "10"}

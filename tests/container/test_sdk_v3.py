@@ -167,6 +167,7 @@ def logs(started) -> str:
     return "\n".join(f"--- {h}\n" + c.logs().decode(errors="replace") for h, c in started.items())
 
 
+@pytest.mark.timing  # ranks' interleaved output (mpirun)
 @pytest.mark.parametrize(
     ("driver", "script", "hosts"),
     [

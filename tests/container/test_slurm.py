@@ -96,6 +96,7 @@ def spans_both_nodes(text: str, size: int) -> None:
     assert hosts == sorted(["node0", "node1"] * (size // 2)), hosts
 
 
+@pytest.mark.timing  # ranks' interleaved output
 @pytest.mark.parametrize(
     "script",
     [
@@ -121,6 +122,7 @@ def test_torchrun_per_node_under_srun(slurm):
     spans_both_nodes(out, 4)
 
 
+@pytest.mark.timing  # the cause against its peers' echoes
 def test_a_failing_rank_fails_the_step_with_its_cause(slurm):
     done = slurm.login(
         "srun", "--nodes=2", "--ntasks-per-node=1", "--mpi=pmix", "byoc-exec",
@@ -162,6 +164,7 @@ def test_scancel_leaves_a_checkpoint_that_a_new_submission_resumes_from(slurm):
     assert "saved /workspace/ckpt-scancel/model/model.pt" in out, out[-4000:]
 
 
+@pytest.mark.timing  # a lost node found in time
 def test_a_node_killed_mid_job_ends_the_step(slurm):
     """Last: the cluster loses node1 for good."""
     log = slurm.workspace / "killed-step.log"

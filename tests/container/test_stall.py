@@ -9,6 +9,9 @@ import pytest
 
 from tests.container.support import HOSTS, SCRIPTS, logs
 
+# Every test here depends on timing (docs/tests.md, "Tests that depend on timing").
+pytestmark = pytest.mark.timing
+
 BOUND = 30  # s: BYOC_STALL_TIMEOUT, set by the test
 ONE_RANK_PER_HOST = {"sagemaker_program": "/opt/ml/code/stall.py"}
 

@@ -19,6 +19,9 @@ from tests.container.support import HOSTS, SCRIPTS, logs, rank_text, sdk_encode
 from tests.helpers import wait_until
 from tests.pipe_fake import FakePipe
 
+# Every test here depends on timing (docs/tests.md, "Tests that depend on timing").
+pytestmark = pytest.mark.timing
+
 FAST = {"samples": "2048", "epochs": "2"}
 LAUNCHERS = ["horovod", "torchrun"]
 # The image's example for each: Horovod, DDP.
