@@ -147,10 +147,10 @@ smoke: engine ## The main job (make local-train), short, with each launcher, on 
 	$(MAKE) --no-print-directory local-train TAG=cpu LAUNCHER=torchrun LOCAL_TRAIN_ARGS="$(SMOKE_ARGS)"
 
 # How long a cold CI run of this takes on 2 cores, stage by stage: docs/tests.md.
-TEST_LANES ?= 2
+TEST_LANES ?= 3
 # make's own command for the stages, named apart so `make -n test` does not run them.
 SUB_MAKE := $(MAKE)
-test: $(DEV_STAMP) engine test-deps ## Lint, unit, container tests, the main job's smoke, the gpu flavor on stand-ins, Horovod's own suites: two lanes side by side (TEST_LANES=1: one)
+test: $(DEV_STAMP) engine test-deps ## Lint, unit, container tests, the main job's smoke, the gpu flavor on stand-ins, Horovod's own suites: three lanes side by side (TEST_LANES=2 or 1: fewer)
 	@TEST_LANES=$(TEST_LANES) $(PY) -m hostkit.testrun --make "$(SUB_MAKE)"
 
 STANDIN ?= pytorch-horovod-standin

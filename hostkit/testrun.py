@@ -1,23 +1,25 @@
-"""`make test`: the test command's stages, in two lanes that run side by side (docs/tests.md).
+"""`make test`: the test command's stages, in three lanes that run side by side (docs/tests.md).
 
-    python3 -m hostkit.testrun [--lanes 1|2] [--make MAKE]
+    python3 -m hostkit.testrun [--lanes 1|2|3] [--make MAKE] [--cache auto|cold|warm]
 
 lane images: build-cpu (the cpu image from this checkout; cached: seconds) -> test-container ->
              smoke
-lane checks: lint -> build-gpu-standin (beside build-cpu) -> test-unit -> test-gpu-flavor ->
-             test-horovod (on both images, once build-cpu is done) -> test-container-tail
+lane checks: build-gpu-standin (beside build-cpu) -> test-gpu-flavor -> test-horovod (on both
+             images, once build-cpu is done) -> test-container-tail
+lane units:  lint -> test-unit (beside the builds) -> test-container-side (once build-cpu is done)
 
-On a cold build cache the two builds run side by side, then the tests; test-container and
-test-container-tail share the container tests' modules (tests/sharing.py): the first takes them
-from the front, the second, once the checks lane has done its own work, from the back; each
-module runs once, in whichever claims it first.
+On a cold build cache the two builds run side by side, with the unit tests, then the other
+tests. test-container, test-container-side and test-container-tail share the container tests'
+modules (tests/sharing.py): the first two take them from the front, the last, once the checks
+lane has done its own work, from the back; each module runs once, in whichever claims it first.
 
-Why two lanes: the container tests spend much of their time waiting (clusters starting, elastic
-timeouts, a stall's bound), leaving about half of two cores idle; the other lane's unit tests
-and suites use it. The container tests' timing bounds hold on a loaded machine (they must
+Why three lanes: the tests spend much of their time waiting (clusters starting, elastic
+timeouts, a stall's bound, a coordinator's), and two streams of them leave part of two cores
+idle; a third fills it. The container tests' timing bounds hold on a loaded machine (they must
 anyway: a user's host is busy, and make test-container-soak proves them beside two busy
-containers), so they hold beside the other lane. --lanes 1 runs the same stages one after the
-other (TEST_LANES=1 make test).
+containers), so they hold beside the other lanes. --lanes 2 puts lint and the unit tests in the
+checks lane after the gpu build and runs the container tests twice; --lanes 1 runs the stages
+one after the other (TEST_LANES=1 make test).
 
 Every stage is a make target run as its own make; each output line is prefixed with its stage.
 A stage that fails stops its lane; the other lane goes on, so one run reports every failure; the
@@ -87,14 +89,11 @@ def stages(share: str) -> dict[str, list[Stage]]:
             Stage("smoke", ("smoke",)),
         ],
         "checks": [
-            Stage("lint", ("lint",)),
             # Beside the cpu image's build, which it shares stages with (BuildKit runs each
             # once), rather than beside the tests: a build takes every core it is given, and the
             # tests' waiting ranks burn more the longer they wait (local-base.sh makes the
             # Debian base once for both).
             Stage("build-gpu-standin", ("build-gpu-standin",), makes="gpu-standin"),
-            # Mostly waits (a coordinator's bound, a subprocess's timeout): beside the tests.
-            Stage("test-unit", ("test-unit",)),
             Stage(
                 "test-gpu-flavor", ("-o", "build-gpu-standin", "-o", "standin", "test-gpu-flavor")
             ),
@@ -106,7 +105,35 @@ def stages(share: str) -> dict[str, list[Stage]]:
                 env=shared("back"),
             ),
         ],
+        "units": [
+            Stage("lint", ("lint",)),
+            # Mostly waits (a coordinator's bound, a subprocess's timeout): beside the builds,
+            # which take the CPU meanwhile.
+            Stage("test-unit", ("test-unit",)),
+            # The container tests wait too (clusters starting, elastic timeouts, a stall's
+            # bound): a third run of them beside the other two lanes fills those waits.
+            Stage(
+                "test-container-side",
+                ("test-container",),
+                after="build-cpu",
+                env=shared("front"),
+            ),
+        ],
     }
+
+
+def arrange(lanes: dict[str, list[Stage]], count: str) -> dict[str, list[Stage]]:
+    """The lanes for --lanes: 3 as stages() gives them; 2, the units lane's lint and unit tests
+    in the checks lane after the gpu build (one fewer run of the container tests); 1, one lane
+    in the order the lanes' dependencies allow."""
+    if count == "3":
+        return lanes
+    lint, unit, _side = lanes["units"]
+    gpu_build, *rest = lanes["checks"]
+    checks = [lint, gpu_build, unit, *rest]
+    if count == "2":
+        return {"images": lanes["images"], "checks": checks}
+    return {"one": [*lanes["images"], *checks]}
 
 
 class Runner:
@@ -309,7 +336,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python3 -m hostkit.testrun", description=__doc__.split("\n")[0]
     )
-    p.add_argument("--lanes", default=os.environ.get("TEST_LANES", "2"), help="1 or 2 (TEST_LANES)")
+    p.add_argument(
+        "--lanes", default=os.environ.get("TEST_LANES", "3"), help="1, 2 or 3 (TEST_LANES)"
+    )
     p.add_argument("--make", default=os.environ.get("MAKE", "make"), help="the make to run ($MAKE)")
     p.add_argument(
         "--cache",
@@ -322,8 +351,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     a = build_parser().parse_args(argv)
-    if a.lanes not in ("1", "2"):
-        raise HostError(f"--lanes (TEST_LANES) must be 1 or 2, not {a.lanes!r}")
+    if a.lanes not in ("1", "2", "3"):
+        raise HostError(f"--lanes (TEST_LANES) must be 1, 2 or 3, not {a.lanes!r}")
     if not a.make.strip():
         raise HostError("--make (MAKE) is empty")
     return a
@@ -339,8 +368,11 @@ def run_lanes(a: argparse.Namespace, lanes: dict[str, list[Stage]]) -> int:
     for name, lane in lanes.items():
         for stage in lane:
             stage.lane = name
-    if a.lanes == "1":  # one lane, in the order the lanes' dependencies allow
-        lanes = {"one": [*lanes["images"], *lanes["checks"]]}
+    lanes = arrange(lanes, a.lanes)
+    if a.lanes == "2":  # one lane alone keeps the names of the lanes its stages come from
+        for name, lane in lanes.items():
+            for stage in lane:
+                stage.lane = name
     by_name = {s.name: s for lane in lanes.values() for s in lane}
     cache = a.cache if a.cache in CACHES else cache_state(lanes)
     limits = read_budgets()

@@ -1,10 +1,10 @@
-"""Two pytest runs that share one suite's modules: `make test`'s lanes (hostkit/testrun.py).
+"""Pytest runs that share one suite's modules: `make test`'s lanes (hostkit/testrun.py).
 
-The container tests are the longest stage of `make test`; once the other lane has finished its
-own stages it takes over the modules not yet begun. Each run goes through the modules in the
-order pytest collected them, one from the front and one from the back, and runs a module only
-where it is the first to claim it (an atomic mkdir in a directory both runs are given), so
-every module runs once, whole (its module fixtures as written), in one of the two.
+The container tests are the longest stage of `make test`; three lanes run them side by side,
+each taking over the modules not yet begun. Each run goes through the modules in the order
+pytest collected them, from the front or from the back, and runs a module only where it is the
+first to claim it (an atomic mkdir in a directory every run is given), so every module runs
+once, whole (its module fixtures as written), in one of them.
 
     BYOC_TEST_SHARE       the claims' directory (it must exist); unset: pytest's own loop
     BYOC_TEST_SHARE_FROM  front or back
@@ -100,7 +100,7 @@ def summary(share: Share) -> str:
     ran = ", ".join(Path(m).name for m in share.ran) or "none"
     return (
         f"shared with another run ({DIR_ENV}, from the {share.end}): {len(share.ran)} "
-        f"module(s) ran here ({ran}); {share.modules - len(share.ran)} ran in the other"
+        f"module(s) ran here ({ran}); {share.modules - len(share.ran)} ran in the others"
     )
 
 

@@ -86,8 +86,13 @@ def test_the_container_tests_are_shared_between_the_lanes_through_one_directory(
     code, out, log = run(tmp_path)
     assert code == 0, out
     shares = sorted(line.split()[1:] for line in log if line.startswith("share "))
-    assert [s[:2] for s in shares] == [["test-container", "front"], ["test-container-tail", "back"]]
-    assert shares[0][2] == shares[1][2]  # one directory, which existed while they ran
+    # The images lane's run and the units lane's from the front, the checks lane's from the back.
+    assert [s[:2] for s in shares] == [
+        ["test-container", "front"],
+        ["test-container", "front"],
+        ["test-container-tail", "back"],
+    ]
+    assert len({s[2] for s in shares}) == 1  # one directory, which existed while they ran
     assert not Path(shares[0][2]).exists()  # and is gone with the run
     assert log.index("test-horovod end") < log.index("test-container-tail start")
     assert re.search(r"^test-container-tail +\| output of test-container-tail$", out, re.M)
@@ -96,8 +101,9 @@ def test_the_container_tests_are_shared_between_the_lanes_through_one_directory(
 def test_a_failure_stops_its_lane_and_the_other_goes_on(tmp_path):
     code, out, log = run(tmp_path, FAIL="test-unit")
     assert code == 1, out
-    assert "test-gpu-flavor start" not in log and "test-horovod start" not in log
-    assert "smoke end" in log  # the other lane went on
+    assert [line for line in log if line.startswith("share ")] != []
+    assert len([line for line in log if line.startswith("test-container start")]) == 1
+    assert "smoke end" in log and "test-horovod end" in log  # the other lanes went on
     assert "not run: test-unit failed" in out
     assert "failed (exit 3)" in out and "FAILED" in out
 
@@ -135,7 +141,7 @@ def test_one_lane_runs_every_stage_in_order(tmp_path):
     ]
 
 
-@pytest.mark.parametrize("lanes", ["3", "0", "", "two"])
+@pytest.mark.parametrize("lanes", ["4", "0", "", "two"])
 def test_a_bad_lane_count_is_refused(tmp_path, lanes):
     code, out, log = run(tmp_path, "--lanes", lanes)
     assert code == 2
@@ -234,3 +240,13 @@ def test_the_run_says_which_budgets_apply_and_shows_them(tmp_path):
     assert "warm build cache: the warm budgets apply" in out, out
     assert re.search(r"^testrun: stage +lane +seconds +budget +result$", out, re.M), out
     assert re.search(r"wall time \d+ s of a \d+ s budget \(warm cache\)", out), out
+
+
+def test_two_lanes_put_the_unit_tests_after_the_gpu_build_and_run_the_container_tests_twice(
+    tmp_path,
+):
+    code, out, log = run(tmp_path, "--lanes", "2")
+    assert code == 0, out
+    assert len([line for line in log if line.startswith("share ")]) == 2
+    assert log.index("build-gpu-standin end") < log.index("test-unit start")
+    assert "test-container-side" not in out
