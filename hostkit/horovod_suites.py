@@ -32,12 +32,11 @@ import sys
 import tarfile
 import tempfile
 import time
-import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hostkit import HostError, Teller, dockerfile
+from hostkit import HostError, Teller, dockerfile, junit
 from hostkit.docker import TIMED_OUT, Docker, build_client
 
 try:
@@ -323,24 +322,15 @@ def failure_line(text: str) -> str:
 
 def parse_junit(path: Path, suite_path: str) -> dict[str, tuple[str, str]]:
     """{test id: (passed|failed|skipped, message)} from one pytest JUnit report."""
-    try:
-        root = ET.parse(path).getroot()
-    except (OSError, ET.ParseError) as exc:
-        raise ValueError(f"{path.name}: not a readable JUnit report ({exc})") from exc
-    results = {}
-    for case in root.iter("testcase"):
-        tid = test_id(suite_path, case.get("classname", ""), case.get("name", "?"))
-        outcome, message = "passed", ""
-        for child in case:
-            if child.tag in ("failure", "error"):
-                outcome = "failed"
-                message = failure_line(child.text or "") or (child.get("message") or child.tag)
-                break
-            if child.tag == "skipped":
-                outcome, message = "skipped", (child.get("message") or "").strip()
+    results: dict[str, tuple[str, str]] = {}
+    for case in junit.cases(path):
+        tid = test_id(suite_path, case.classname, case.name)
+        message = case.message
+        if case.outcome == "failed":
+            message = failure_line(case.text) or case.message
         prev = results.get(tid)
-        if prev is None or SEVERITY[outcome] > SEVERITY[prev[0]]:
-            results[tid] = (outcome, message)
+        if prev is None or SEVERITY[case.outcome] > SEVERITY[prev[0]]:
+            results[tid] = (case.outcome, message)
     return results
 
 

@@ -18,11 +18,10 @@ import os
 import subprocess
 import sys
 import time
-import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hostkit import HostError, Teller, run
+from hostkit import HostError, Teller, junit, run
 from hostkit.docker import Docker
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,24 +43,15 @@ class Tally:
 
 
 def read_junit(path: Path) -> dict[str, tuple[str, float, str]]:
-    """{test id: (passed|failed|skipped, seconds, message)} of one pytest JUnit report."""
-    try:
-        root = ET.parse(path).getroot()
-    except (OSError, ET.ParseError) as exc:
-        raise ValueError(f"{path.name}: no readable JUnit report ({exc})") from exc
-    found = {}
-    for case in root.iter("testcase"):
-        test = f"{case.get('classname', '')}::{case.get('name', '?')}"
-        outcome, message = "passed", ""
-        for child in case:
-            if child.tag in ("failure", "error"):
-                outcome = "failed"
-                message = (child.get("message") or child.tag).splitlines()[0][:300]
-                break
-            if child.tag == "skipped":
-                outcome = "skipped"
-        found[test] = (outcome, float(case.get("time", "0") or 0), message)
-    return found
+    """{test id: (passed|failed|skipped, seconds, a failure's first line)} of one report."""
+    return {
+        f"{case.classname}::{case.name}": (
+            case.outcome,
+            case.seconds,
+            case.message.splitlines()[0][:300] if case.outcome == "failed" and case.message else "",
+        )
+        for case in junit.cases(path)
+    }
 
 
 def tally(reports: list[dict[str, tuple[str, float, str]]]) -> dict[str, Tally]:

@@ -35,7 +35,7 @@ def test_a_report_gives_each_tests_outcome_seconds_and_first_line(tmp_path):
         "tests.container.test_stall::test_c": ("skipped", 1.0, ""),
     }
     (tmp_path / "bad.xml").write_text("<testsuites")
-    with pytest.raises(ValueError, match="no readable JUnit report"):
+    with pytest.raises(ValueError, match="not a readable JUnit report"):
         soak.read_junit(tmp_path / "bad.xml")
 
 
